@@ -1,0 +1,1 @@
+from ._kernel import kernel_info

@@ -1,0 +1,451 @@
+"""Pure-Python twin of the compiled kernel (``csrc/_kernel_c.pyx``).
+
+Same functions, same results, same errors. It is the type surface of the kernel and the
+implementation wherever the compiled module is missing (PyPy, no compiler, or
+``CONTEXTPOLICY_PURE_PYTHON=1``).
+
+Object path: :func:`measure_messages` reads a list of message dicts once and returns role codes,
+chars, flags and opaque-part counts as numpy arrays; :func:`group_offsets` groups them;
+:func:`trim_cut` finds the first group a trim keeps. Columnar path: :func:`utf8_lengths`,
+:func:`role_codes_utf8` and :func:`trim_cut_many` work straight on Arrow-layout buffers.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from ._constants import (
+    FLAG_OPENS_TURN,
+    FLAG_TOOL_CALLS,
+    FLAG_TOOL_RESULT,
+    ROLE_CODES,
+    ROLE_TOOL,
+    ROLE_USER,
+    TEXT_PART_TYPES,
+    TOOL_RESULT_PART,
+    TOOL_USE_PART,
+)
+from .errors import ContextPlanError
+
+__all__ = [
+    "GROUP_MESSAGE",
+    "GROUP_USER_TURN",
+    "IMPLEMENTATION",
+    "group_offsets",
+    "measure_messages",
+    "message_text_pieces",
+    "role_codes_utf8",
+    "tool_pairing",
+    "trim_cut",
+    "trim_cut_many",
+    "utf8_lengths",
+]
+
+IMPLEMENTATION = "python"
+GROUP_USER_TURN = 0
+GROUP_MESSAGE = 1
+
+Int64Array = npt.NDArray[np.int64]
+
+# ``json.dumps(x, separators=(",", ":"), ensure_ascii=False)``, built once.
+COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+def _compact_json(value: Any, index: int, fragment_id: str | None, field: str) -> str:
+    try:
+        return COMPACT_JSON.encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise ContextPlanError.for_message(
+            index, f"expected JSON-serialisable data ({exc})", fragment_id=fragment_id,
+            field=field, code="invalid-json",
+        ) from None
+
+
+class _Acc:
+    """Running totals for one message (chars and opaque parts)."""
+
+    __slots__ = ("chars", "opaque", "pieces")
+
+    def __init__(self, pieces: list[str] | None) -> None:
+        self.chars = 0
+        self.opaque = 0
+        self.pieces = pieces
+
+    def add(self, text: str) -> None:
+        self.chars += len(text)
+        if self.pieces is not None:
+            self.pieces.append(text)
+
+
+def _parts(parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str) -> int:
+    """Count a list of content parts; return the flags they imply (tool results, tool uses)."""
+    flags = 0
+    for j, part in enumerate(parts):
+        where = f"{field}[{j}]"
+        if isinstance(part, str):
+            acc.add(part)
+            continue
+        if not isinstance(part, dict):
+            raise ContextPlanError.for_message(
+                index, f"expected a content part object or string, got {type(part).__name__}",
+                fragment_id=fid, field=where, code="invalid-content",
+            )
+        ptype = part.get("type")
+        if ptype in TEXT_PART_TYPES:
+            text = part.get("text")
+            if not isinstance(text, str):
+                raise ContextPlanError.for_message(
+                    index, f"expected a string text, got {type(text).__name__}",
+                    fragment_id=fid, field=where + ".text", code="invalid-content",
+                )
+            acc.add(text)
+        elif ptype == TOOL_RESULT_PART:
+            flags |= FLAG_TOOL_RESULT
+            _content(part.get("content"), acc, index, fid, where + ".content")
+        elif ptype == TOOL_USE_PART:
+            name = part.get("name")
+            if isinstance(name, str):
+                acc.add(name)
+            if "input" in part:
+                acc.add(_compact_json(part["input"], index, fid, where + ".input"))
+            flags |= FLAG_TOOL_CALLS
+        else:
+            acc.opaque += 1
+    return flags
+
+
+def _content(content: Any, acc: _Acc, index: int, fid: str | None, field: str) -> None:
+    if isinstance(content, str):
+        acc.add(content)
+    elif isinstance(content, list):
+        _parts(content, acc, index, fid, field)
+    elif content is not None:
+        raise ContextPlanError.for_message(
+            index, f"expected a string, a list of parts or null, got {type(content).__name__}",
+            fragment_id=fid, field=field, code="invalid-content",
+        )
+
+
+def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int, int]:
+    """Count one message into ``acc``; return (role code, flags)."""
+    if not isinstance(message, dict):
+        raise ContextPlanError.for_message(
+            index, f"expected a message object (dict), got {type(message).__name__}",
+            fragment_id=fid, code="invalid-message",
+        )
+    role = message.get("role")
+    if not isinstance(role, str):
+        what = "missing" if role is None else f"a {type(role).__name__}"
+        raise ContextPlanError.for_message(
+            index, f"expected a string role, got {what}", fragment_id=fid, field="role",
+            code="invalid-role",
+        )
+    code = ROLE_CODES.get(role, 0)
+    flags = 0
+    content = message.get("content")
+    if isinstance(content, str):
+        acc.add(content)
+    elif isinstance(content, list):
+        flags = _parts(content, acc, index, fid, "content")
+    elif content is not None:
+        raise ContextPlanError.for_message(
+            index, f"expected a string, a list of parts or null, got {type(content).__name__}",
+            fragment_id=fid, field="content", code="invalid-content",
+        )
+    # A user message that carries tool_result blocks belongs to the turn that called the tool.
+    if code == ROLE_USER and not flags & FLAG_TOOL_RESULT:
+        flags |= FLAG_OPENS_TURN
+    if code == ROLE_TOOL or role == "function":
+        flags |= FLAG_TOOL_RESULT
+    calls = message.get("tool_calls")
+    if calls is not None:
+        if not isinstance(calls, list):
+            raise ContextPlanError.for_message(
+                index, f"expected a list of tool calls, got {type(calls).__name__}",
+                fragment_id=fid, field="tool_calls", code="invalid-tool-calls",
+            )
+        if calls:
+            flags |= FLAG_TOOL_CALLS
+        for j, call in enumerate(calls):
+            if not isinstance(call, dict):
+                raise ContextPlanError.for_message(
+                    index, f"expected a tool call object, got {type(call).__name__}",
+                    fragment_id=fid, field=f"tool_calls[{j}]", code="invalid-tool-calls",
+                )
+            fn = call.get("function")
+            if fn is None:
+                continue
+            if not isinstance(fn, dict):
+                raise ContextPlanError.for_message(
+                    index, f"expected a function object, got {type(fn).__name__}",
+                    fragment_id=fid, field=f"tool_calls[{j}].function", code="invalid-tool-calls",
+                )
+            name = fn.get("name")
+            if isinstance(name, str):
+                acc.add(name)
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                acc.add(args)
+            elif args is not None:
+                acc.add(_compact_json(args, index, fid, f"tool_calls[{j}].function.arguments"))
+    return code, flags
+
+
+def measure_messages(
+    messages: list[Any], fragment_id: str | None = None
+) -> tuple[npt.NDArray[np.int8], Int64Array, npt.NDArray[np.uint8], npt.NDArray[np.int32]]:
+    """One pass over ``messages``: (role codes, chars, flags, opaque parts), one entry each.
+
+    Raises :class:`ContextPlanError` naming ``fragment_id`` and the index of a bad message.
+    """
+    if not isinstance(messages, list):
+        raise ContextPlanError(
+            f"expected a list of messages, got {type(messages).__name__}",
+            path=f"fragments[{fragment_id}].messages" if fragment_id is not None else "messages",
+            code="invalid-messages",
+        )
+    n = len(messages)
+    roles = np.zeros(n, dtype=np.int8)
+    chars = np.zeros(n, dtype=np.int64)
+    flags = np.zeros(n, dtype=np.uint8)
+    opaque = np.zeros(n, dtype=np.int32)
+    acc = _Acc(None)
+    for i, message in enumerate(messages):
+        acc.chars = 0
+        acc.opaque = 0
+        roles[i], flags[i] = _message(message, acc, i, fragment_id)
+        chars[i] = acc.chars
+        opaque[i] = acc.opaque
+    return roles, chars, flags, opaque
+
+
+def message_text_pieces(message: Any, index: int = 0, fragment_id: str | None = None) -> list[str]:
+    """The text pieces whose code points :func:`measure_messages` counts, in order."""
+    pieces: list[str] = []
+    _message(message, _Acc(pieces), index, fragment_id)
+    return pieces
+
+
+def group_offsets(
+    flags: npt.NDArray[np.uint8], chars: Int64Array, grouping: int = GROUP_USER_TURN
+) -> tuple[Int64Array, Int64Array]:
+    """Group messages; return (offsets, chars per group), ``len(offsets) == groups + 1``.
+
+    ``GROUP_USER_TURN``: a group starts at each turn-opening message; messages before the first
+    one form the lead group. ``GROUP_MESSAGE``: a group per message, except that tool results
+    stay in the group of the message before them.
+    """
+    flags = np.asarray(flags, dtype=np.uint8)
+    chars = np.asarray(chars, dtype=np.int64)
+    n = len(flags)
+    if len(chars) != n:
+        raise ValueError(f"flags and chars differ in length ({n} != {len(chars)})")
+    if grouping == GROUP_USER_TURN:
+        opens = (flags & FLAG_OPENS_TURN) != 0
+    elif grouping == GROUP_MESSAGE:
+        opens = (flags & FLAG_TOOL_RESULT) == 0
+    else:
+        raise ValueError(f"unknown grouping code {grouping}")
+    if n == 0:
+        return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    opens[0] = True
+    starts = np.flatnonzero(opens).astype(np.int64)
+    offsets = np.append(starts, np.int64(n))
+    group_chars = np.add.reduceat(chars, starts).astype(np.int64)
+    return offsets, group_chars
+
+
+def trim_cut(group_chars: Int64Array, keep_groups: int, target_chars: int) -> int:
+    """First group kept by a trim: the longest suffix of whole groups within ``target_chars``,
+    but never fewer than ``keep_groups`` groups (nor more than there are)."""
+    if keep_groups < 0 or target_chars < 0:
+        raise ValueError("keep_groups and target_chars must be >= 0")
+    group_chars = np.asarray(group_chars, dtype=np.int64)
+    n = len(group_chars)
+    # Suffix sums are non-decreasing (chars >= 0), so the fitting suffix is a binary search.
+    suffix = np.cumsum(group_chars[::-1])
+    kept = int(np.searchsorted(suffix, target_chars, side="right"))
+    return n - max(kept, min(keep_groups, n))
+
+
+def _call_ids(message: dict[str, Any]) -> list[str]:
+    ids: list[str] = []
+    tool_calls = message.get("tool_calls")
+    if isinstance(tool_calls, list):
+        ids += [c["id"] for c in tool_calls if isinstance(c.get("id"), str)]
+    content = message.get("content")
+    if isinstance(content, list):
+        ids += [
+            p["id"] for p in content
+            if isinstance(p, dict) and p.get("type") == TOOL_USE_PART and isinstance(p.get("id"), str)
+        ]
+    return ids
+
+
+def _result_ids(message: dict[str, Any]) -> list[str | None]:
+    ids: list[str | None] = []
+    if message.get("role") == "tool":
+        cid = message.get("tool_call_id")
+        ids.append(cid if isinstance(cid, str) else None)
+    content = message.get("content")
+    if isinstance(content, list):
+        for part in content:
+            if isinstance(part, dict) and part.get("type") == TOOL_RESULT_PART:
+                cid = part.get("tool_use_id")
+                ids.append(cid if isinstance(cid, str) else None)
+    return ids
+
+
+def tool_pairing(
+    messages: list[Any], flags: npt.NDArray[np.uint8]
+) -> list[tuple[int, str, str | None]]:
+    """Tool results without an earlier call and calls without a later result.
+
+    Returns ``(index, code, id)`` sorted by index (stable), code ``orphan-tool-result`` (a result
+    whose id no earlier call made, or a result without an id) or ``unanswered-tool-call`` (a call
+    with no later result; a call id used again needs a result of its own). Only messages flagged
+    as calls or results are read.
+    """
+    if len(flags) > len(messages):
+        raise ValueError(f"flags and messages differ in length ({len(flags)} != {len(messages)})")
+    called: set[str] = set()
+    pending: dict[str, int] = {}
+    found: list[tuple[int, str, str | None]] = []
+    for i in np.flatnonzero(flags & (FLAG_TOOL_CALLS | FLAG_TOOL_RESULT)).tolist():
+        message = messages[i]
+        if not isinstance(message, dict):
+            raise TypeError(f"message {i} is not a dict: flags do not belong to these messages")
+        f = int(flags[i])
+        if f & FLAG_TOOL_RESULT:
+            for cid in _result_ids(message):
+                if cid is not None and cid in pending:
+                    del pending[cid]
+                elif cid is None or cid not in called:
+                    found.append((i, "orphan-tool-result", cid))
+        if f & FLAG_TOOL_CALLS:
+            for cid in _call_ids(message):
+                called.add(cid)
+                if cid not in pending:
+                    pending[cid] = i
+    found += [(i, "unanswered-tool-call", cid) for cid, i in pending.items()]
+    found.sort(key=lambda item: item[0])
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Columnar path (Arrow layout)
+
+
+def _check_offsets(offsets: npt.NDArray[Any], limit: int, what: str) -> None:
+    if offsets.ndim != 1 or len(offsets) == 0:
+        raise ValueError(f"{what}: expected a 1-d offsets array with at least one entry")
+    if offsets.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{what}: expected int32 or int64 offsets, got {offsets.dtype}")
+    if int(offsets[0]) < 0 or int(offsets[-1]) > limit or bool(np.any(np.diff(offsets) < 0)):
+        raise ValueError(f"{what}: offsets must be non-decreasing and within 0..{limit}")
+
+
+def _utf8_error(row: int, pos: int) -> ValueError:
+    return ValueError(f"invalid UTF-8 in string {row} at byte {pos}")
+
+
+def utf8_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
+    """Code points of each string of an Arrow string array (UTF-8 ``data`` + ``offsets``).
+
+    No Python string is created. Invalid UTF-8 raises ``ValueError`` naming row and byte.
+    """
+    buf = np.frombuffer(data, dtype=np.uint8)
+    offsets = np.asarray(offsets)
+    _check_offsets(offsets, len(buf), "utf8_lengths")
+    n = len(offsets) - 1
+    out = np.zeros(n, dtype=np.int64)
+    raw = buf.tobytes()
+    for r in range(n):
+        start = int(offsets[r])
+        end = int(offsets[r + 1])
+        count = 0
+        i = start
+        while i < end:
+            b = raw[i]
+            if b < 0x80:
+                i += 1
+            else:
+                if 0xC2 <= b <= 0xDF:
+                    need, lo, hi = 1, 0x80, 0xBF
+                elif 0xE0 <= b <= 0xEF:
+                    need = 2
+                    lo = 0xA0 if b == 0xE0 else 0x80
+                    hi = 0x9F if b == 0xED else 0xBF
+                elif 0xF0 <= b <= 0xF4:
+                    need = 3
+                    lo = 0x90 if b == 0xF0 else 0x80
+                    hi = 0x8F if b == 0xF4 else 0xBF
+                else:
+                    raise _utf8_error(r, i)
+                if i + need >= end:
+                    raise _utf8_error(r, i)
+                c = raw[i + 1]
+                if c < lo or c > hi:
+                    raise _utf8_error(r, i)
+                for k in range(2, need + 1):
+                    if raw[i + k] & 0xC0 != 0x80:
+                        raise _utf8_error(r, i)
+                i += need + 1
+            count += 1
+        out[r] = count
+    return out
+
+
+def role_codes_utf8(data: Any, offsets: npt.NDArray[Any]) -> npt.NDArray[np.int8]:
+    """Role code of each string of an Arrow string array, without creating Python strings."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    offsets = np.asarray(offsets)
+    _check_offsets(offsets, len(buf), "role_codes_utf8")
+    raw = buf.tobytes()
+    table = {name.encode(): code for name, code in ROLE_CODES.items()}
+    n = len(offsets) - 1
+    out = np.zeros(n, dtype=np.int8)
+    for r in range(n):
+        out[r] = table.get(raw[int(offsets[r]) : int(offsets[r + 1])], 0)
+    return out
+
+
+def trim_cut_many(
+    list_offsets: npt.NDArray[Any],
+    flags: npt.NDArray[np.uint8],
+    chars: Int64Array,
+    keep_groups: int,
+    target_chars: int,
+    grouping: int = GROUP_USER_TURN,
+) -> tuple[Int64Array, Int64Array, Int64Array, Int64Array]:
+    """Group and cut many conversations at once.
+
+    ``list_offsets`` (Arrow list offsets) delimit each conversation's messages in ``flags`` and
+    ``chars``. Returns, per conversation: absolute index of the first kept message, groups
+    before, groups kept, chars kept.
+    """
+    list_offsets = np.asarray(list_offsets)
+    _check_offsets(list_offsets, len(flags), "trim_cut_many")
+    if len(chars) != len(flags):
+        raise ValueError(f"flags and chars differ in length ({len(flags)} != {len(chars)})")
+    if keep_groups < 0 or target_chars < 0:
+        raise ValueError("keep_groups and target_chars must be >= 0")
+    n = len(list_offsets) - 1
+    first = np.zeros(n, dtype=np.int64)
+    before = np.zeros(n, dtype=np.int64)
+    after = np.zeros(n, dtype=np.int64)
+    kept_chars = np.zeros(n, dtype=np.int64)
+    for r in range(n):
+        a, b = int(list_offsets[r]), int(list_offsets[r + 1])
+        offsets, group_chars = group_offsets(flags[a:b], chars[a:b], grouping)
+        g = trim_cut(group_chars, keep_groups, target_chars)
+        ngroups = len(group_chars)
+        first[r] = a + int(offsets[g])
+        before[r] = ngroups
+        after[r] = ngroups - g
+        kept_chars[r] = int(group_chars[g:].sum())
+    return first, before, after, kept_chars

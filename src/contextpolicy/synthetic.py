@@ -1,0 +1,111 @@
+"""Seeded synthetic chat histories for examples, tests and benchmarks.
+
+The histories look like agent transcripts: user turns of 5-8 messages on average, assistant tool
+calls (OpenAI ``tool_calls`` and Anthropic ``tool_use`` blocks) with their results, long-tailed
+content lengths (median about 300 characters, some 20,000-character tool outputs) and some CJK
+and emoji text. The same seed always gives the same history.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+
+__all__ = ["make_history", "make_transcript"]
+
+_WORDS = (
+    "order refund shipping invoice account password reset delivery tracking warehouse "
+    "customer ticket status pending approved declined payment card address update cancel "
+    "subscription plan upgrade downgrade billing cycle receipt discount coupon return label "
+    "carrier estimate weekend holiday support agent escalate manager policy warranty device "
+    "serial firmware version battery screen replacement appointment store inventory stock"
+).split()
+_CJK = "订单退款发货发票账户密码重置物流仓库客户状态付款地址取消订阅升级账单收据优惠退货承运预计"
+_EMOJI = "😀🚚📦💳✅❌🔁🧾📮🛠️"
+_TOOLS = ("lookup_order", "search_kb", "get_invoice", "track_parcel", "update_address")
+
+
+class _Text:
+    """Cheap slices of a large, fixed pool of text (no per-message random word joins)."""
+
+    def __init__(self, rng: np.random.Generator) -> None:
+        words = rng.choice(_WORDS, size=60_000)
+        self.latin = " ".join(words.tolist())
+        cjk = rng.choice(list(_CJK), size=20_000)
+        self.cjk = "".join(cjk.tolist())
+        emo = rng.choice(list(_EMOJI), size=2_000)
+        self.emoji = " ".join(emo.tolist())
+
+    def take(self, rng: np.random.Generator, length: int, kind: int) -> str:
+        pool = self.latin if kind == 0 else self.cjk if kind == 1 else self.emoji + self.latin
+        length = max(1, min(length, len(pool) - 1))
+        start = int(rng.integers(0, len(pool) - length))
+        return pool[start : start + length]
+
+
+def _length(rng: np.random.Generator, median: float = 300.0) -> int:
+    # Log-normal body with a heavy tail of 20k-character tool outputs.
+    if rng.random() < 0.01:
+        return 20_000
+    return max(1, int(rng.lognormal(np.log(median), 0.9)))
+
+
+def _script_kind(rng: np.random.Generator) -> int:
+    r = rng.random()
+    return 1 if r < 0.05 else 2 if r < 0.08 else 0
+
+
+def _turn(rng: np.random.Generator, text: _Text, turn: int, out: list[dict[str, Any]]) -> None:
+    out.append({"role": "user", "content": text.take(rng, _length(rng, 200), _script_kind(rng))})
+    calls = int(rng.choice((0, 1, 2, 2, 3), p=(0.1, 0.3, 0.3, 0.2, 0.1)))
+    anthropic = rng.random() < 0.25
+    for c in range(calls):
+        call_id = f"call_{turn}_{c}"
+        tool = _TOOLS[int(rng.integers(0, len(_TOOLS)))]
+        args = {"id": int(rng.integers(1000, 99999)), "query": text.take(rng, 24, 0)}
+        result = text.take(rng, _length(rng, 400), _script_kind(rng))
+        if anthropic:
+            out.append({"role": "assistant", "content": [
+                {"type": "text", "text": text.take(rng, _length(rng, 80), 0)},
+                {"type": "tool_use", "id": call_id, "name": tool, "input": args},
+            ]})
+            out.append({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": call_id, "content": result},
+            ]})
+        else:
+            out.append({"role": "assistant", "content": None, "tool_calls": [{
+                "id": call_id, "type": "function",
+                "function": {"name": tool, "arguments": json.dumps(args)},
+            }]})
+            out.append({"role": "tool", "tool_call_id": call_id, "content": result})
+    out.append({"role": "assistant", "content": text.take(rng, _length(rng, 300), _script_kind(rng))})
+    if rng.random() < 0.02:
+        out.append({"role": "user", "content": [
+            {"type": "text", "text": "see attached"},
+            {"type": "image_url", "image_url": {"url": "https://example.invalid/receipt.png"}},
+        ]})
+        out.append({"role": "assistant", "content": text.take(rng, _length(rng, 200), 0)})
+
+
+def make_history(n_messages: int, seed: int = 0) -> list[dict[str, Any]]:
+    """A history of exactly ``n_messages`` messages, starting with a user turn."""
+    rng = np.random.default_rng(seed)
+    text = _Text(rng)
+    out: list[dict[str, Any]] = []
+    turn = 0
+    while len(out) < n_messages:
+        _turn(rng, text, turn, out)
+        turn += 1
+    del out[n_messages:]
+    return out
+
+
+def make_transcript(n_messages: int, seed: int = 0, system: str | None = None) -> list[dict[str, Any]]:
+    """A full transcript: a system prompt, ``n_messages`` of history and a final question."""
+    rng = np.random.default_rng(seed + 1)
+    text = _Text(rng)
+    head = [{"role": "system", "content": system or "You are a careful support agent. " * 4}]
+    question = {"role": "user", "content": text.take(rng, _length(rng, 200), 0) + "?"}
+    return head + make_history(n_messages, seed) + [question]
