@@ -15,6 +15,7 @@ __all__ = [
     "ContextError",
     "ContextPlanError",
     "ContextPolicyError",
+    "ContextStepError",
     "InputBudgetError",
     "Issue",
 ]
@@ -117,6 +118,17 @@ class ContextAuditError(ContextError):
         lines = [f"audit failed: {len(violations)} disallowed change(s)"]
         lines += [f"  - {c.fragment_id}: {c.change} ({c.reason})" for c in violations]
         super().__init__("\n".join(lines))
+
+
+class ContextStepError(ContextError):
+    """A reduction step failed under ``on_step_error="raise"``. ``.step`` is its report."""
+
+    def __init__(self, step: Any):
+        self.step = step
+        super().__init__(f"step {step.id!r} failed ({step.reason}): {step.message}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.step,))
 
 
 class ContextCancelledError(ContextError):

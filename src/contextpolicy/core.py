@@ -1,0 +1,554 @@
+"""The core: run a policy implementation, then enforce the input contract and measure.
+
+Whichever implementation runs (the default ``validate``/``reduce``/``audit`` or the caller's),
+the core checks afterwards that protected fragments are byte-identical and in their order and
+that no fragment was invented, measures the result itself, and assembles the model input. The
+final hard budget is a separate core call, :func:`check_input_budget`.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
+from typing import Any
+
+from . import _kernel
+from .accounting import (
+    FragmentMeasure,
+    TokenCounter,
+    as_counter,
+    assemble,
+    measure_fragment,
+    measure_messages,
+    sum_tokens,
+)
+from .audit import audit as default_audit
+from .errors import (
+    ContextAuditError,
+    ContextCancelledError,
+    ContextContractError,
+    ContextPlanError,
+    ContextPolicyError,
+    InputBudgetError,
+    Issue,
+)
+from .plan import ContextPlan, Fragment, as_plan
+from .policy import (
+    AuditPolicy,
+    CompressStep,
+    ReducePolicy,
+    ValidatePolicy,
+    _fragment_refs,
+    _parse,
+)
+from .reduce import reduce as default_reduce
+from .reduce import targets_met
+from .report import (
+    ContextEvent,
+    ContextReport,
+    ContextResult,
+    FragmentUsage,
+    PlanWarning,
+    Usage,
+    Watermark,
+)
+from .support import (
+    CancelLike,
+    CompressRequest,
+    HandlerCall,
+    HandlerReply,
+    PolicyContext,
+    PolicyOutcome,
+)
+from .validate import validate as default_validate
+
+__all__ = [
+    "DEFAULT_IMPLEMENTATIONS",
+    "aprocess_context",
+    "astream_context",
+    "check_input_budget",
+    "enforce_contract",
+    "process_context",
+]
+
+Implementation = Callable[[PolicyContext], Any]
+DEFAULT_IMPLEMENTATIONS: Mapping[str, Implementation] = {
+    "validate": default_validate,
+    "reduce": default_reduce,
+    "audit": default_audit,
+}
+_PAIRING_MESSAGES = {
+    "orphan-tool-result": "tool result {id} has no earlier call in this fragment",
+    "unanswered-tool-call": "tool call {id} has no later result in this fragment",
+}
+
+
+class _Await:
+    """Yielded by the run when a custom implementation returned an awaitable."""
+
+    def __init__(self, awaitable: Any) -> None:
+        self.awaitable = awaitable
+
+
+def _fragments_equal(a: Fragment, b: Fragment) -> bool:
+    if a is b:
+        return True
+    return (
+        a.kind == b.kind and a.role == b.role and a.is_protected == b.is_protected
+        and a.text == b.text
+        and (a.messages is b.messages or a.messages == b.messages)
+    )
+
+
+def enforce_contract(
+    before: Sequence[Fragment],
+    after: Sequence[Fragment],
+    snapshot: Mapping[str, Fragment] | None = None,
+) -> None:
+    """Raise :class:`ContextContractError` unless ``after`` keeps the input contract.
+
+    Protected fragments of ``before`` are all present, byte-identical and in the same order;
+    every fragment of ``after`` exists in ``before`` with the same kind; nothing is duplicated.
+    ``snapshot`` (deep copies of the protected fragments taken before an implementation ran)
+    also catches an implementation that changed a protected fragment in place.
+    """
+    problems: list[str] = []
+    by_id = {f.id: f for f in before}
+    seen: set[str] = set()
+    for i, f in enumerate(after):
+        if not isinstance(f, Fragment):
+            problems.append(f"fragments[{i}] is a {type(f).__name__}, not a Fragment")
+            continue
+        if f.id in seen:
+            problems.append(f"fragment {f.id!r} appears twice")
+        seen.add(f.id)
+        old = by_id.get(f.id)
+        if old is None:
+            problems.append(f"fragment {f.id!r} was invented (it is not in the plan)")
+        elif old.kind != f.kind:
+            problems.append(f"fragment {f.id!r} changed kind from {old.kind!r} to {f.kind!r}")
+        elif old.is_protected and not _fragments_equal(old, f):
+            problems.append(f"protected fragment {f.id!r} was rewritten")
+        elif old.is_protected != f.is_protected:
+            problems.append(f"fragment {f.id!r} changed its protection")
+    protected_before = [f.id for f in before if f.is_protected]
+    protected_after = [f.id for f in after if isinstance(f, Fragment) and f.id in by_id
+                       and by_id[f.id].is_protected]
+    missing = [fid for fid in protected_before if fid not in seen]
+    if missing:
+        problems.append(f"protected fragment(s) removed: {', '.join(map(repr, missing))}")
+    elif protected_after != protected_before:
+        problems.append(
+            f"protected fragments out of order: {protected_after} (expected {protected_before})"
+        )
+    for fid, copy_ in (snapshot or {}).items():
+        if not _fragments_equal(copy_, by_id[fid]):
+            problems.append(f"protected fragment {fid!r} was changed in place")
+    if problems:
+        raise ContextContractError(
+            "the policy implementation broke the input contract:\n  - " + "\n  - ".join(problems)
+        )
+
+
+def _usage(measures: Sequence[FragmentMeasure]) -> Usage:
+    return Usage(
+        chars=sum(m.chars for m in measures),
+        tokens=sum_tokens(m.tokens for m in measures),
+        messages=sum(m.messages for m in measures),
+        fragments=len(measures),
+        opaque_parts=sum(m.opaque_parts for m in measures),
+    )
+
+
+def _is_async_callable(fn: Any) -> bool:
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004
+    )
+
+
+class _Run:
+    """One ``process_context`` run, as a generator that both the sync and async drivers step."""
+
+    def __init__(
+        self,
+        plan: Any,
+        policy: Any,
+        *,
+        handlers: Mapping[str, Callable[[CompressRequest], Any]] | None,
+        counter: Any,
+        cancel: CancelLike | None,
+        on_step_error: str,
+        implementations: Mapping[str, Implementation] | None,
+        is_async: bool,
+        sink: Callable[[ContextEvent], None],
+    ) -> None:
+        if on_step_error not in ("continue", "raise"):
+            raise ContextPolicyError(
+                f"on_step_error: expected 'continue' or 'raise', got {on_step_error!r}",
+                path="on_step_error", code="invalid-option",
+            )
+        if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+            raise ContextPolicyError(
+                f"cancel: expected an object with is_set() (threading.Event), got "
+                f"{type(cancel).__name__}", path="cancel", code="invalid-option",
+            )
+        self.plan = as_plan(plan)
+        self.counter: TokenCounter | None = as_counter(counter)
+        if handlers is not None and not isinstance(handlers, Mapping):
+            raise ContextPolicyError(
+                f"handlers: expected a mapping of handler id to callable, got "
+                f"{type(handlers).__name__}", path="handlers", code="invalid-handlers-argument",
+            )
+        self.handlers = dict(handlers or {})
+        self.policy = self._check_policy(policy, is_async)
+        impls = dict(implementations or {})
+        unknown = set(impls) - set(DEFAULT_IMPLEMENTATIONS)
+        if unknown:
+            raise ContextPolicyError(
+                f"implementations: unknown mode(s) {sorted(unknown)}; expected validate, reduce "
+                "or audit", path="implementations", code="invalid-option",
+            )
+        self.custom = self.policy.mode in impls
+        self.impl = impls.get(self.policy.mode, DEFAULT_IMPLEMENTATIONS[self.policy.mode])
+        self.is_async = is_async
+        self.sink = sink
+        self.cancel = cancel
+        self.on_step_error = on_step_error
+
+    def _check_policy(self, policy: Any, is_async: bool) -> ValidatePolicy | ReducePolicy | AuditPolicy:
+        for hid, handler in self.handlers.items():
+            if not callable(handler):
+                raise ContextPolicyError(
+                    f"handler {hid!r} is a {type(handler).__name__}, not a callable",
+                    path=f"handlers.{hid}", code="handler-not-callable",
+                )
+        typed = _parse(policy, _fragment_refs(self.plan.fragments), set(self.handlers))
+        issues: list[Issue] = []
+        if isinstance(typed, ReducePolicy):
+            if typed.uses_tokens and self.counter is None:
+                key = "triggerTokens" if typed.trigger_tokens is not None else "targetInputTokens"
+                issues.append(Issue(
+                    key, "token watermarks need a token counter (pass counter=...); tokens are "
+                    "never guessed from characters", "tokens-without-counter",
+                ))
+            for i, step in enumerate(typed.steps):
+                if not isinstance(step, CompressStep):
+                    continue
+                fragment = self.plan.fragment(step.fragment_id)
+                if step.keep_groups is not None and fragment.messages is None:
+                    issues.append(Issue(
+                        f"steps[{i}].keepGroups",
+                        f"fragment {step.fragment_id!r} holds text; keepGroups needs messages",
+                        "not-messages",
+                    ))
+                if not is_async and _is_async_callable(self.handlers[step.handler_id]):
+                    issues.append(Issue(
+                        f"steps[{i}].handlerId",
+                        f"handler {step.handler_id!r} is a coroutine function; use "
+                        "aprocess_context or astream_context", "async-handler",
+                    ))
+        if issues:
+            raise ContextPolicyError(issues)
+        if isinstance(typed, AuditPolicy) and self.plan.original is None:
+            raise ContextPlanError(
+                "an audit needs the plan's original fragments (ContextPlan(original=...))",
+                path="original", code="missing-original",
+            )
+        return typed
+
+    def emit(self, event: str, data: dict[str, Any]) -> None:
+        self.sink(ContextEvent(event, data))
+
+    def steps(self) -> Generator[Any, Any, ContextResult]:
+        plan, policy = self.plan, self.policy
+        ctx = PolicyContext(
+            plan, policy, self.handlers, self.counter, self.cancel, self.on_step_error, self.emit
+        )
+        ctx.check_cancel()
+        self.emit("context.started", {"mode": policy.mode, "fragments": len(plan.fragments),
+                                      "kernel": _kernel.IMPLEMENTATION})
+        measures_before = [ctx.measure(f) for f in plan.fragments]
+        before = _usage(measures_before)
+        self.emit("context.measured", {"usage": before.to_json_dict()})
+        snapshot = None
+        if self.custom:
+            snapshot = {f.id: copy.deepcopy(f) for f in plan.fragments if f.is_protected}
+        outcome = yield from self._run_impl(ctx)
+        if not isinstance(outcome, PolicyOutcome):
+            raise ContextContractError(
+                f"the {policy.mode} implementation returned {type(outcome).__name__}, "
+                "not a PolicyOutcome"
+            )
+        ctx.check_cancel()
+        enforce_contract(plan.fragments, outcome.fragments, snapshot)
+        if self.custom:
+            # Figures are measured, never taken from an implementation: only fragments the core
+            # measured itself are reused.
+            known = {id(f): m for f, m in zip(plan.fragments, measures_before)}
+            measures_after = [
+                known[id(f)] if id(f) in known else measure_fragment(f, self.counter)
+                for f in outcome.fragments
+            ]
+        else:
+            measures_after = [ctx.measure(f) for f in outcome.fragments]
+        after = _usage(measures_after)
+        report = self._report(plan, outcome, before, after, measures_before, measures_after)
+        result = ContextResult(
+            plan=ContextPlan(fragments=outcome.fragments, original=plan.original),
+            input=assemble(outcome.fragments),
+            report=report,
+        )
+        self.emit("context.completed", {"before": before.to_json_dict(),
+                                        "after": after.to_json_dict(),
+                                        "triggered": report.triggered,
+                                        "targetReached": report.target_reached})
+        if report.audit is not None and not report.audit.passed:
+            raise ContextAuditError(report)
+        return result
+
+    def _run_impl(self, ctx: PolicyContext) -> Generator[Any, Any, Any]:
+        value = self.impl(ctx)
+        if inspect.isgenerator(value):
+            value = yield from value
+        elif inspect.isawaitable(value):
+            if not self.is_async:
+                close = getattr(value, "close", None)
+                if close is not None:
+                    close()
+                raise ContextPolicyError(
+                    f"the {self.policy.mode} implementation is async; use aprocess_context",
+                    path="implementations", code="async-implementation",
+                )
+            value = yield _Await(value)
+        return value
+
+    def _report(
+        self,
+        plan: ContextPlan,
+        outcome: PolicyOutcome,
+        before: Usage,
+        after: Usage,
+        measures_before: list[FragmentMeasure],
+        measures_after: list[FragmentMeasure],
+    ) -> ContextReport:
+        policy = self.policy
+        after_by_id = dict(zip((f.id for f in outcome.fragments), measures_after))
+        out_by_id = {f.id: f for f in outcome.fragments}
+        fragments = []
+        for f, m in zip(plan.fragments, measures_before):
+            a = after_by_id.get(f.id)
+            fragments.append(FragmentUsage(
+                id=f.id, kind=f.kind, protected=f.is_protected,
+                chars_before=m.chars, tokens_before=m.tokens, messages_before=m.messages,
+                chars_after=a.chars if a else None, tokens_after=a.tokens if a else None,
+                messages_after=a.messages if a else None,
+                changed=out_by_id.get(f.id) is not f,
+            ))
+        warnings = []
+        for f, m in zip(outcome.fragments, measures_after):
+            if f.messages is None or m.flags is None:
+                continue
+            for index, code, cid in _kernel.tool_pairing(f.messages, m.flags):
+                warnings.append(PlanWarning(
+                    code=code, fragment_id=f.id, index=index, tool_call_id=cid,
+                    message=_PAIRING_MESSAGES[code].format(id=repr(cid) if cid else "(no id)"),
+                ))
+        trigger = target = None
+        target_reached = None
+        if isinstance(policy, ReducePolicy):
+            trigger = Watermark(chars=policy.trigger_chars, tokens=policy.trigger_tokens)
+            target = Watermark(chars=policy.watermark_chars, tokens=policy.watermark_tokens)
+            target_reached = targets_met(policy, after.chars, after.tokens)
+        return ContextReport(
+            mode=policy.mode,
+            kernel=_kernel.IMPLEMENTATION,
+            implementation=(
+                f"custom:{getattr(self.impl, '__qualname__', type(self.impl).__name__)}"
+                if self.custom else "default"
+            ),
+            triggered=outcome.triggered,
+            trigger=trigger,
+            target=target,
+            before=before,
+            after=after,
+            target_reached=target_reached,
+            steps=outcome.steps,
+            fragments=fragments,
+            warnings=warnings,
+            audit=outcome.audit,
+        )
+
+
+def _call_sync(call: HandlerCall) -> HandlerReply:
+    try:
+        value = call.handler(call.request)
+    except ContextCancelledError:
+        raise
+    except Exception as exc:
+        return HandlerReply(error=exc)
+    if inspect.isawaitable(value):
+        close = getattr(value, "close", None)
+        if close is not None:
+            close()
+        raise ContextPolicyError(
+            f"handler for step {call.request.step_id!r} returned an awaitable; use "
+            "aprocess_context or astream_context for async handlers",
+            code="async-handler",
+        )
+    return HandlerReply(value=value)
+
+
+async def _call_async(call: HandlerCall) -> HandlerReply:
+    try:
+        value = call.handler(call.request)
+        if inspect.isawaitable(value):
+            value = await value
+    except ContextCancelledError:
+        raise
+    except Exception as exc:
+        return HandlerReply(error=exc)
+    return HandlerReply(value=value)
+
+
+def process_context(
+    plan: ContextPlan | Mapping[str, Any],
+    policy: Any,
+    *,
+    handlers: Mapping[str, Callable[[CompressRequest], Any]] | None = None,
+    counter: Any = None,
+    cancel: CancelLike | None = None,
+    on_event: Callable[[ContextEvent], None] | None = None,
+    on_step_error: str = "continue",
+    implementations: Mapping[str, Implementation] | None = None,
+) -> ContextResult:
+    """Validate the plan and policy, run the policy, enforce the contract, measure, assemble.
+
+    Never mutates ``plan``, its fragments or their message lists. Raises
+    :class:`ContextPolicyError`, :class:`ContextPlanError`, :class:`ContextAuditError`
+    (audit violations, with the report), :class:`ContextCancelledError`,
+    :class:`ContextStepError` (``on_step_error="raise"``) or :class:`ContextContractError`.
+    """
+    run = _Run(
+        plan, policy, handlers=handlers, counter=counter, cancel=cancel,
+        on_step_error=on_step_error, implementations=implementations, is_async=False,
+        sink=on_event or (lambda event: None),
+    )
+    gen = run.steps()
+    reply: Any = None
+    while True:
+        try:
+            item = gen.send(reply)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+        if isinstance(item, HandlerCall):
+            reply = _call_sync(item)
+        else:  # pragma: no cover - _Run only yields _Await in async mode
+            raise AssertionError(f"unexpected {item!r}")
+
+
+async def astream_context(
+    plan: ContextPlan | Mapping[str, Any],
+    policy: Any,
+    *,
+    handlers: Mapping[str, Callable[[CompressRequest], Any]] | None = None,
+    counter: Any = None,
+    cancel: CancelLike | None = None,
+    on_step_error: str = "continue",
+    implementations: Mapping[str, Implementation] | None = None,
+) -> AsyncIterator[ContextEvent | ContextResult]:
+    """Yield every :class:`ContextEvent` as it happens, then the :class:`ContextResult`.
+
+    Handlers may be coroutine functions. Cancelling the task cancels the run (the
+    ``asyncio.CancelledError`` propagates) and nothing partial escapes.
+    """
+    queue: list[ContextEvent] = []
+    run = _Run(
+        plan, policy, handlers=handlers, counter=counter, cancel=cancel,
+        on_step_error=on_step_error, implementations=implementations, is_async=True,
+        sink=queue.append,
+    )
+    gen = run.steps()
+    reply: Any = None
+    while True:
+        try:
+            item = gen.send(reply)
+        except StopIteration as stop:
+            for event in queue:
+                yield event
+            queue.clear()
+            yield stop.value
+            return
+        except BaseException:
+            queue.clear()
+            raise
+        for event in queue:
+            yield event
+        queue.clear()
+        if isinstance(item, HandlerCall):
+            reply = await _call_async(item)
+        else:
+            reply = await item.awaitable
+
+
+async def aprocess_context(
+    plan: ContextPlan | Mapping[str, Any],
+    policy: Any,
+    *,
+    handlers: Mapping[str, Callable[[CompressRequest], Any]] | None = None,
+    counter: Any = None,
+    cancel: CancelLike | None = None,
+    on_event: Callable[[ContextEvent], None] | None = None,
+    on_step_error: str = "continue",
+    implementations: Mapping[str, Implementation] | None = None,
+) -> ContextResult:
+    """:func:`process_context` for async code: handlers may be coroutine functions."""
+    result: ContextResult | None = None
+    async for item in astream_context(
+        plan, policy, handlers=handlers, counter=counter, cancel=cancel,
+        on_step_error=on_step_error, implementations=implementations,
+    ):
+        if isinstance(item, ContextEvent):
+            if on_event is not None:
+                on_event(item)
+        else:
+            result = item
+    assert result is not None
+    return result
+
+
+def check_input_budget(
+    result_or_input: ContextResult | Sequence[Mapping[str, Any]],
+    *,
+    max_chars: int | None = None,
+    max_tokens: int | None = None,
+    counter: Any = None,
+) -> Usage:
+    """The final hard budget: measure the assembled input and raise :class:`InputBudgetError`
+    (with both figures) when it is over ``max_chars`` or ``max_tokens``.
+
+    A ``max_tokens`` without a counter is an error, never a guess.
+    """
+    for name, value in (("max_chars", max_chars), ("max_tokens", max_tokens)):
+        if value is not None and (type(value) is not int or value < 0):
+            raise ContextPolicyError(
+                f"{name}: expected an integer >= 0, got {value!r}", path=name,
+                code="expected-integer",
+            )
+    tc = as_counter(counter)
+    if max_tokens is not None and tc is None:
+        raise ContextPolicyError(
+            "max_tokens needs a token counter (pass counter=...); tokens are never guessed",
+            path="max_tokens", code="tokens-without-counter",
+        )
+    messages = result_or_input.input if isinstance(result_or_input, ContextResult) else result_or_input
+    if not isinstance(messages, list):
+        messages = list(messages)
+    m = measure_messages(messages, tc)  # type: ignore[arg-type]
+    usage = Usage(chars=m.chars, tokens=m.tokens, messages=m.messages, fragments=0,
+                  opaque_parts=m.opaque_parts)
+    if max_chars is not None and usage.chars > max_chars:
+        raise InputBudgetError("chars", usage.chars, max_chars, usage)
+    if max_tokens is not None and usage.tokens is not None and usage.tokens > max_tokens:
+        raise InputBudgetError("tokens", usage.tokens, max_tokens, usage)
+    return usage

@@ -1,0 +1,280 @@
+"""The plan: named fragments of model input, and the original fragments kept for audit.
+
+Messages stay plain dicts in OpenAI chat shape (Anthropic content blocks included). A fragment
+holds its message list as given: validating a plan never copies or walks the messages (the
+kernel does that in its one measuring pass), so a plan of a million messages costs O(fragments).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Annotated, Any, Literal, cast
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PlainValidator,
+    ValidationError,
+    WithJsonSchema,
+    field_validator,
+    model_validator,
+)
+from pydantic.alias_generators import to_camel
+
+from .errors import ContextPlanError, Issue
+
+__all__ = [
+    "PROTECTED_KINDS",
+    "REDUCIBLE_KINDS",
+    "ContextPlan",
+    "Fragment",
+    "FragmentKind",
+    "as_plan",
+]
+
+FragmentKind = Literal[
+    "system", "question", "authorization", "evidence", "history", "memory", "document", "note"
+]
+PROTECTED_KINDS: frozenset[str] = frozenset({"system", "question", "authorization", "evidence"})
+REDUCIBLE_KINDS: frozenset[str] = frozenset({"history", "memory", "document", "note"})
+TEXT_ROLES = ("system", "developer", "user", "assistant")
+
+
+def _keep_list(value: Any) -> list[Any]:
+    # Keep the caller's list object itself: no per-message validation, no copy. The kernel
+    # validates every message when it measures the plan.
+    if not isinstance(value, list):
+        raise ValueError(f"expected a list of messages, got {type(value).__name__}")
+    return value
+
+
+MessageList = Annotated[
+    list[dict[str, Any]],
+    PlainValidator(_keep_list),
+    WithJsonSchema({
+        "type": "array",
+        "items": {
+            "type": "object",
+            "required": ["role"],
+            "properties": {
+                "role": {"type": "string"},
+                "content": {"type": ["string", "array", "null"]},
+                "tool_calls": {"type": "array"},
+                "tool_call_id": {"type": "string"},
+                "name": {"type": "string"},
+            },
+        },
+    }),
+]
+
+
+class Fragment(BaseModel):
+    """One named piece of model input: exactly one of ``text`` or ``messages``."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
+        strict=True,
+    )
+
+    id: str = Field(min_length=1)
+    kind: FragmentKind
+    text: str | None = None
+    messages: MessageList | None = None
+    role: Literal["system", "developer", "user", "assistant"] | None = None
+    protected: bool | None = None
+    metadata: dict[str, Any] | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("fragment id must not be blank")
+        return value
+
+    @model_validator(mode="after")
+    def _shape(self) -> Fragment:
+        if (self.text is None) == (self.messages is None):
+            raise ValueError("a fragment holds exactly one of 'text' or 'messages'")
+        if self.role is not None and self.messages is not None:
+            raise ValueError("'role' applies to text fragments only")
+        if self.protected is False and self.kind in PROTECTED_KINDS:
+            raise ValueError(f"a {self.kind!r} fragment is always protected")
+        return self
+
+    @property
+    def is_protected(self) -> bool:
+        """Protected kinds always; reducible kinds when marked ``protected``."""
+        return self.kind in PROTECTED_KINDS or bool(self.protected)
+
+    @property
+    def assembled_role(self) -> str:
+        """The role a text fragment takes when assembled."""
+        if self.role is not None:
+            return self.role
+        return "system" if self.kind in ("system", "authorization") else "user"
+
+    def content(self) -> str | list[dict[str, Any]]:
+        return self.text if self.text is not None else cast("list[dict[str, Any]]", self.messages)
+
+    def with_content(self, content: str | list[dict[str, Any]]) -> Fragment:
+        """A copy holding ``content`` (same shape) instead; the original is untouched."""
+        if isinstance(content, str):
+            return self.model_copy(update={"text": content})
+        return self.model_copy(update={"messages": content})
+
+
+class ContextPlan(BaseModel):
+    """Ordered fragments, and for audit the ``original`` fragments before the App's processing."""
+
+    model_config = ConfigDict(
+        extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True,
+        strict=True,
+    )
+
+    fragments: list[Fragment]
+    original: list[Fragment] | None = None
+
+    @field_validator("fragments", "original")
+    @classmethod
+    def _unique_ids(cls, fragments: list[Fragment] | None) -> list[Fragment] | None:
+        seen: dict[str, int] = {}
+        for i, fragment in enumerate(fragments or ()):
+            if fragment.id in seen:
+                raise ValueError(
+                    f"duplicate fragment id {fragment.id!r} (at {seen[fragment.id]} and {i})"
+                )
+            seen[fragment.id] = i
+        return fragments
+
+    def fragment(self, fragment_id: str) -> Fragment:
+        for fragment in self.fragments:
+            if fragment.id == fragment_id:
+                return fragment
+        raise KeyError(fragment_id)
+
+    @classmethod
+    def from_messages(cls, messages: Sequence[Mapping[str, Any]]) -> ContextPlan:
+        """Split a chat transcript into ``system``, ``history`` and ``question`` fragments.
+
+        Leading ``system``/``developer`` messages become fragment ``system``; a final ``user``
+        message that is not a tool-result carrier becomes ``question``; everything between is
+        ``history``. Missing parts are simply absent. The message dicts are not copied.
+        """
+        if not isinstance(messages, list):
+            if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
+                raise ContextPlanError(
+                    f"expected a list of messages, got {type(messages).__name__}",
+                    path="messages", code="invalid-messages",
+                )
+            messages = list(messages)
+        msgs = cast("list[dict[str, Any]]", messages)
+
+        def role_of(i: int) -> str:
+            m = msgs[i]
+            if not isinstance(m, dict):
+                raise ContextPlanError.for_message(
+                    i, f"expected a message object (dict), got {type(m).__name__}",
+                )
+            role = m.get("role")
+            if not isinstance(role, str):
+                raise ContextPlanError.for_message(
+                    i, "expected a string role", field="role", code="invalid-role",
+                )
+            return role
+
+        head = 0
+        while head < len(msgs) and role_of(head) in ("system", "developer"):
+            head += 1
+        tail = len(msgs)
+        if tail > head and role_of(tail - 1) == "user" and not _carries_tool_results(msgs[-1]):
+            tail -= 1
+        fragments: list[Fragment] = []
+        if head:
+            fragments.append(Fragment(id="system", kind="system", messages=msgs[:head]))
+        if tail > head:
+            fragments.append(Fragment(id="history", kind="history", messages=msgs[head:tail]))
+        if tail < len(msgs):
+            fragments.append(Fragment(id="question", kind="question", messages=msgs[tail:]))
+        return cls(fragments=fragments)
+
+
+def _carries_tool_results(message: Mapping[str, Any]) -> bool:
+    content = message.get("content")
+    return isinstance(content, list) and any(
+        isinstance(p, dict) and p.get("type") == "tool_result" for p in content
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Turning pydantic's errors into ContextPlanError with paths that name fragments.
+
+_PLAN_CODES = {
+    "missing": "missing",
+    "extra_forbidden": "unknown-key",
+    "string_type": "expected-string",
+    "string_too_short": "empty",
+    "literal_error": "invalid-value",
+    "bool_type": "expected-boolean",
+    "dict_type": "expected-object",
+    "list_type": "expected-list",
+    "model_type": "expected-object",
+    "model_attributes_type": "expected-object",
+}
+
+
+def _plan_issue(error: Mapping[str, Any], data: Any) -> Issue:
+    loc = list(error["loc"])
+    parts: list[str] = []
+    node = data
+    i = 0
+    while i < len(loc):
+        key = loc[i]
+        if isinstance(key, int):
+            label = str(key)
+            if isinstance(node, list) and 0 <= key < len(node):
+                node = node[key]
+                fid = node.get("id") if isinstance(node, Mapping) else None
+                if isinstance(fid, str) and fid and parts and parts[-1] in ("fragments", "original"):
+                    label = fid
+            else:
+                node = None
+            parts[-1] = f"{parts[-1]}[{label}]" if parts else f"[{label}]"
+        else:
+            parts.append(to_camel(str(key)) if str(key) != "id" else "id")
+            node = node.get(key, node.get(to_camel(str(key)))) if isinstance(node, Mapping) else None
+        i += 1
+    etype = error["type"]
+    code = _PLAN_CODES.get(etype, "invalid")
+    message = str(error["msg"])
+    if etype == "value_error":
+        message = message.removeprefix("Value error, ")
+        if "exactly one of" in message:
+            code = "content-shape"
+        elif "always protected" in message:
+            code = "protected-kind"
+        elif "duplicate fragment id" in message:
+            code = "duplicate-fragment-id"
+        elif "text fragments only" in message:
+            code = "role-on-messages"
+        elif "expected a list of messages" in message:
+            code = "invalid-messages"
+        elif "blank" in message:
+            code = "empty"
+    elif etype == "literal_error" and loc and loc[-1] == "kind":
+        code = "unknown-kind"
+    return Issue(".".join(parts), message, code)
+
+
+def as_plan(plan: ContextPlan | Mapping[str, Any]) -> ContextPlan:
+    """A :class:`ContextPlan` from a plan or its JSON-shaped dict; never mutates the input."""
+    if isinstance(plan, ContextPlan):
+        return plan
+    if not isinstance(plan, Mapping):
+        raise ContextPlanError(
+            f"expected a ContextPlan or a mapping, got {type(plan).__name__}", code="invalid-plan"
+        )
+    try:
+        return ContextPlan.model_validate(dict(plan))
+    except ValidationError as exc:
+        raise ContextPlanError([_plan_issue(e, plan) for e in exc.errors()]) from None

@@ -1,0 +1,223 @@
+"""The default ``reduce`` implementation: steps in sequence once a watermark triggers.
+
+Before each step the watermark is checked; once every configured target is met, the remaining
+steps are skipped (``target-reached``). A ``trim`` keeps the longest suffix of whole groups that
+fits the step's ``targetChars``, but never fewer than ``keepGroups`` groups. A ``compress``
+hands content to a registered handler and keeps the result only if it has the same shape and is
+smaller; otherwise the step fails, the fragment stays as it was, and the sequence goes on (or
+stops with :class:`ContextStepError` under ``on_step_error="raise"``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from . import _kernel
+from .accounting import FragmentMeasure, measure_messages
+from .errors import ContextCancelledError, ContextPlanError, ContextStepError
+from .plan import Fragment
+from .policy import CompressStep, ReducePolicy, TrimStep
+from .report import StepReport
+from .support import CompressRequest, HandlerCall, HandlerReply, PolicyContext, PolicyOutcome
+
+__all__ = ["reduce", "targets_met", "triggered"]
+
+GROUPING_CODES = {"user-turn": _kernel.GROUP_USER_TURN, "message": _kernel.GROUP_MESSAGE}
+
+
+def triggered(policy: ReducePolicy, chars: int, tokens: int | None) -> bool:
+    """Usage is strictly above a configured trigger."""
+    if policy.trigger_chars is not None and chars > policy.trigger_chars:
+        return True
+    return policy.trigger_tokens is not None and tokens is not None and tokens > policy.trigger_tokens
+
+
+def targets_met(policy: ReducePolicy, chars: int, tokens: int | None) -> bool:
+    """Every configured watermark is met (a target, or its trigger when no target is given)."""
+    wc, wt = policy.watermark_chars, policy.watermark_tokens
+    if wc is not None and chars > wc:
+        return False
+    return not (wt is not None and (tokens is None or tokens > wt))
+
+
+def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOutcome]:
+    policy = ctx.policy
+    assert isinstance(policy, ReducePolicy)
+    fragments = list(ctx.plan.fragments)
+    position = {f.id: i for i, f in enumerate(fragments)}
+    measures = [ctx.measure(f) for f in fragments]
+    chars = sum(m.chars for m in measures)
+    tokens = None if ctx.counter is None else sum(m.tokens or 0 for m in measures)
+    fired = triggered(policy, chars, tokens)
+    if fired:
+        ctx.emit("context.triggered", chars=chars, tokens=tokens,
+                 trigger={"chars": policy.trigger_chars, "tokens": policy.trigger_tokens})
+    steps: list[StepReport] = []
+    for step in policy.steps:
+        if not fired or targets_met(policy, chars, tokens):
+            reason = "not-triggered" if not fired else "target-reached"
+            report = StepReport(
+                id=step.id, kind=step.kind, fragment_id=step.fragment_id, status="skipped",
+                reason=reason, target_chars=step.target_chars,
+                handler_id=step.handler_id if isinstance(step, CompressStep) else None,
+            )
+            steps.append(report)
+            ctx.emit("step.skipped", step=report.to_json_dict())
+            continue
+        ctx.check_cancel()
+        i = position[step.fragment_id]
+        fragment, before = fragments[i], measures[i]
+        ctx.emit("step.started", stepId=step.id, kind=step.kind, fragmentId=step.fragment_id,
+                 chars=chars, tokens=tokens)
+        if isinstance(step, TrimStep):
+            new, after, report = _trim(ctx, step, fragment, before)
+        else:
+            new, after, report = yield from _compress(ctx, step, fragment, before)
+        steps.append(report)
+        if report.status == "failed":
+            ctx.emit("step.failed", step=report.to_json_dict())
+            if ctx.on_step_error == "raise":
+                raise ContextStepError(report)
+            continue
+        if new is not fragment:
+            fragments[i], measures[i] = new, after
+            ctx.remember(new, after)
+            chars += after.chars - before.chars
+            if tokens is not None:
+                tokens += (after.tokens or 0) - (before.tokens or 0)
+        ctx.emit("step.completed", step=report.to_json_dict(), chars=chars, tokens=tokens)
+    return PolicyOutcome(fragments=fragments, steps=steps, triggered=fired)
+
+
+def _tokens_of(ctx: PolicyContext, content: str | list[dict[str, Any]], fid: str) -> int | None:
+    if ctx.counter is None:
+        return None
+    if isinstance(content, str):
+        return ctx.counter.count_text(content)
+    return ctx.counter.count_messages(content, fid)
+
+
+def _trim(
+    ctx: PolicyContext, step: TrimStep, fragment: Fragment, before: FragmentMeasure
+) -> tuple[Fragment, FragmentMeasure, StepReport]:
+    assert fragment.messages is not None
+    offsets, group_chars = before.group(GROUPING_CODES[step.grouping.kind])
+    ngroups = len(group_chars)
+    first = int(_kernel.trim_cut(group_chars, step.keep_groups, step.target_chars))
+    cut = int(offsets[first])
+    common = dict(
+        id=step.id, kind="trim", fragment_id=step.fragment_id, target_chars=step.target_chars,
+        chars_before=before.chars, tokens_before=before.tokens, groups_before=ngroups,
+    )
+    if cut == 0:
+        reason = "within-target" if before.chars <= step.target_chars else "keep-groups-floor"
+        report = StepReport(
+            status="unchanged", reason=reason, chars_after=before.chars,
+            tokens_after=before.tokens, groups_after=ngroups, **common,
+        )
+        return fragment, before, report
+    kept = fragment.messages[cut:]
+    after = before.tail(cut, _tokens_of(ctx, kept, fragment.id))
+    new = fragment.with_content(kept)
+    reason = "trimmed" if after.chars <= step.target_chars else "keep-groups-floor"
+    report = StepReport(
+        status="applied", reason=reason, chars_after=after.chars, tokens_after=after.tokens,
+        groups_after=ngroups - first, messages_removed=cut, **common,
+    )
+    return new, after, report
+
+
+def _compress(
+    ctx: PolicyContext, step: CompressStep, fragment: Fragment, before: FragmentMeasure
+) -> Generator[HandlerCall, HandlerReply, tuple[Fragment, FragmentMeasure, StepReport]]:
+    common = dict(
+        id=step.id, kind="compress", fragment_id=step.fragment_id, handler_id=step.handler_id,
+        target_chars=step.target_chars, chars_before=before.chars, tokens_before=before.tokens,
+    )
+
+    def unchanged(reason: str, groups: int | None = None) -> StepReport:
+        return StepReport(
+            status="unchanged", reason=reason, chars_after=before.chars,
+            tokens_after=before.tokens, groups_before=groups, groups_after=groups, **common,
+        )
+
+    def failed(reason: str, message: str, groups: int | None = None) -> StepReport:
+        return StepReport(
+            status="failed", reason=reason, message=message, chars_after=before.chars,
+            tokens_after=before.tokens, groups_before=groups, groups_after=groups, **common,
+        )
+
+    groups: int | None = None
+    kept: list[dict[str, Any]] | None = None
+    content: str | list[dict[str, Any]] = fragment.content()
+    if fragment.messages is not None:
+        offsets, group_chars = before.group(GROUPING_CODES[step.grouping.kind])
+        groups = len(group_chars)
+        if before.chars <= step.target_chars:
+            return fragment, before, unchanged("within-target", groups)
+        if step.keep_groups is not None:
+            split = int(offsets[groups - min(step.keep_groups, groups)])
+            content, kept = fragment.messages[:split], fragment.messages[split:]
+            if split == 0:
+                return fragment, before, unchanged("nothing-to-compress", groups)
+    elif before.chars <= step.target_chars:
+        return fragment, before, unchanged("within-target", groups)
+    request = CompressRequest(
+        fragment=fragment, content=content, kept=kept, target_chars=step.target_chars,
+        step_id=step.id, counter=ctx.counter, cancel=ctx.cancel,
+    )
+    reply = yield HandlerCall(ctx.handlers[step.handler_id], request)
+    ctx.check_cancel()
+    if reply.error is not None:
+        if isinstance(reply.error, ContextCancelledError):
+            raise reply.error
+        err = reply.error
+        return fragment, before, failed(
+            "handler-error", f"handler {step.handler_id!r} raised {type(err).__name__}: {err}",
+            groups,
+        )
+    value = reply.value
+    if isinstance(content, str):
+        if not isinstance(value, str):
+            return fragment, before, failed(
+                "wrong-shape", f"expected a str for a text fragment, got {type(value).__name__}"
+            )
+        new_content: str | list[dict[str, Any]] = value
+        after_chars = len(value)
+        after_tokens = _tokens_of(ctx, value, fragment.id)
+        after_measure = None
+    else:
+        if not isinstance(value, list):
+            return fragment, before, failed(
+                "wrong-shape", f"expected a list of messages, got {type(value).__name__}", groups
+            )
+        new_content = value + (kept or [])
+        try:
+            after_measure = measure_messages(new_content, ctx.counter, fragment.id)
+        except ContextPlanError as exc:
+            return fragment, before, failed("invalid-output", str(exc), groups)
+        after_chars = after_measure.chars
+        after_tokens = after_measure.tokens
+    if after_chars >= before.chars:
+        return fragment, before, failed(
+            "not-smaller",
+            f"handler returned {after_chars} chars for {before.chars}; a result must be smaller",
+            groups,
+        )
+    new = fragment.with_content(new_content)
+    if after_measure is None:
+        after_measure = FragmentMeasure(
+            chars=after_chars, messages=1, opaque_parts=0, tokens=after_tokens
+        )
+        groups_after = None
+    else:
+        groups_after = len(after_measure.group(GROUPING_CODES[step.grouping.kind])[1])
+    report = StepReport(
+        status="applied", reason="compressed", chars_after=after_chars, tokens_after=after_tokens,
+        groups_before=groups, groups_after=groups_after,
+        messages_removed=max(0, before.messages - after_measure.messages)
+        if fragment.messages is not None else 0,
+        **common,
+    )
+    return new, after_measure, report
