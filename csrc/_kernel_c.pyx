@@ -239,6 +239,14 @@ cdef class _Acc:
             self.pieces.append(text)
 
 
+cdef int _add_json(_Acc acc, object value) except -2:
+    try:
+        acc.add(_ENCODER.encode(value))
+    except (TypeError, ValueError, RecursionError):
+        return -1
+    return 0
+
+
 cdef uint8_t _parts(object parts, _Acc acc) except? 255:
     # Returns the flags the parts imply, or 255 when a part is invalid.
     cdef Py_ssize_t j, n = PyList_GET_SIZE(parts)
@@ -274,7 +282,8 @@ cdef uint8_t _parts(object parts, _Acc acc) except? 255:
             v = PyDict_GetItemWithError(part, K_INPUT)
             if v != NULL:
                 if acc.pieces is not None:
-                    acc.add(_ENCODER.encode(<object>v))
+                    if _add_json(acc, <object>v) < 0:
+                        return 255
                 else:
                     length = _compact_json_len(<object>v)
                     if length < 0:
@@ -323,7 +332,8 @@ cdef int _tool_calls(object calls, _Acc acc) except -2:
                 acc.add(args)
             elif args is not None:
                 if acc.pieces is not None:
-                    acc.add(_ENCODER.encode(args))
+                    if _add_json(acc, args) < 0:
+                        return -1
                 else:
                     length = _compact_json_len(args)
                     if length < 0:

@@ -1,0 +1,98 @@
+"""Shared fixtures: the kernel implementations (compiled ``c`` and pure ``py``) and a
+differential helper that runs every available implementation and insists they agree."""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+import pytest
+
+KERNEL_MODULES = {"c": "contextpolicy._kernel_c", "py": "contextpolicy._kernel_py"}
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--no-c-extensions", action="store_true", default=False,
+        help="run without the compiled kernel: deselect the tests marked c_extension",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not config.getoption("--no-c-extensions"):
+        return
+    kept, dropped = [], []
+    for item in items:
+        (dropped if item.get_closest_marker("c_extension") else kept).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
+def _load(name: str) -> ModuleType:
+    # A missing compiled module is an error here, never a silent skip.
+    return importlib.import_module(KERNEL_MODULES[name])
+
+
+@pytest.fixture(
+    scope="session",
+    params=[pytest.param("c", marks=pytest.mark.c_extension), "py"],
+)
+def kernel(request: pytest.FixtureRequest) -> ModuleType:
+    """Each kernel implementation in turn."""
+    return _load(request.param)
+
+
+@pytest.fixture(scope="session")
+def kernels(request: pytest.FixtureRequest) -> list[ModuleType]:
+    """Every implementation that must agree (both, unless ``--no-c-extensions``)."""
+    names = ["py"] if request.config.getoption("--no-c-extensions") else ["c", "py"]
+    return [_load(name) for name in names]
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, np.ndarray) or isinstance(b, np.ndarray):
+        return (
+            isinstance(a, np.ndarray) and isinstance(b, np.ndarray)
+            and a.dtype == b.dtype and a.shape == b.shape and bool(np.array_equal(a, b))
+        )
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    return type(a) is type(b) and a == b
+
+
+@pytest.fixture(scope="session")
+def differential(kernels: list[ModuleType]) -> Callable[..., Any]:
+    """``differential("measure_messages", msgs)``: call every implementation, assert equal
+    results (or the same exception type and message), return the shared result or raise."""
+
+    def run(name: str, *args: Any, **kwargs: Any) -> Any:
+        outcomes = []
+        for k in kernels:
+            try:
+                outcomes.append(("ok", getattr(k, name)(*args, **kwargs)))
+            except Exception as exc:
+                outcomes.append(("error", exc))
+        first = outcomes[0]
+        for k, other in zip(kernels[1:], outcomes[1:]):
+            if first[0] == "error" or other[0] == "error":
+                assert first[0] == other[0], (
+                    f"{name}: {kernels[0].IMPLEMENTATION} gave {first[1]!r}, "
+                    f"{k.IMPLEMENTATION} gave {other[1]!r}"
+                )
+                assert type(first[1]) is type(other[1]), (first[1], other[1])
+                assert str(first[1]) == str(other[1])
+                assert getattr(first[1], "issues", None) == getattr(other[1], "issues", None)
+            else:
+                assert _same(first[1], other[1]), (
+                    f"{name}: {kernels[0].IMPLEMENTATION} and {k.IMPLEMENTATION} disagree:\n"
+                    f"{first[1]!r}\n{other[1]!r}"
+                )
+        if first[0] == "error":
+            raise first[1]
+        return first[1]
+
+    return run

@@ -1,0 +1,174 @@
+"""The compiled kernel and the twin agree on every output and every error (hypothesis)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextpolicy._constants import ROLE_NAMES
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+# Unicode including astral-plane emoji and lone surrogates (valid in a Python str).
+text = st.text(
+    st.characters(codec=None, exclude_categories=()), max_size=30
+) | st.sampled_from(["", "😀", "订单", "a\nb", 'q"\\', "\x00\x1f", "🏽" * 5])
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | text,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(text | st.integers() | st.booleans(), inner, max_size=4),
+    max_leaves=12,
+)
+ids = st.sampled_from(["a", "b", "c", "call_1", "x"]) | text
+
+text_part = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "input_text", "output_text"]), "text": text}
+)
+opaque_part = st.fixed_dictionaries(
+    {"type": st.sampled_from(["image_url", "image", "input_audio", "file", "refusal"])}
+) | st.just({"no_type": 1}) | st.just({"type": 7})
+tool_use = st.fixed_dictionaries(
+    {"type": st.just("tool_use"), "id": ids, "name": text},
+    optional={"input": json_value},
+)
+tool_result = st.fixed_dictionaries(
+    {"type": st.just("tool_result"), "tool_use_id": ids},
+    optional={"content": st.none() | text | st.lists(text_part | opaque_part | text, max_size=3)},
+)
+part = text_part | opaque_part | tool_use | tool_result | text
+content = st.none() | text | st.lists(part, max_size=5)
+tool_call = st.fixed_dictionaries(
+    {"id": ids},
+    optional={"function": st.fixed_dictionaries(
+        {"name": text}, optional={"arguments": st.none() | text | json_value}
+    ) | st.none(), "type": st.just("function")},
+)
+role = st.sampled_from([*ROLE_NAMES[1:], "critic"])
+message = st.fixed_dictionaries(
+    {"role": role},
+    optional={
+        "content": content,
+        "tool_calls": st.none() | st.lists(tool_call, max_size=3),
+        "tool_call_id": ids,
+        "name": text,
+    },
+)
+# Invalid messages, so that both twins are seen to raise the same error at the same index.
+bad_message = st.sampled_from([
+    "not a dict", None, {"content": "no role"}, {"role": None}, {"role": 1},
+    {"role": "user", "content": 5}, {"role": "user", "content": [3]},
+    {"role": "user", "content": [{"type": "text"}]},
+    {"role": "assistant", "tool_calls": {}}, {"role": "assistant", "tool_calls": [[]]},
+    {"role": "assistant", "tool_calls": [{"function": []}]},
+    {"role": "assistant", "content": [{"type": "tool_use", "input": {(1, 2): 3}}]},
+    {"role": "user", "content": [{"type": "tool_result", "content": {"nested": "dict"}}]},
+])
+
+
+@st.composite
+def histories(draw, allow_bad: bool = False):
+    """0..5,000 messages: a drawn block of messages tiled to the drawn length (fast to draw,
+    still long enough to cross every buffer and block size)."""
+    block = draw(st.lists(message, min_size=1, max_size=30))
+    n = draw(st.integers(0, 5_000) | st.integers(0, 40))
+    out = [block[i % len(block)] for i in range(n)]
+    if allow_bad and n and draw(st.booleans()):
+        out[draw(st.integers(0, n - 1))] = draw(bad_message)
+    return out
+
+
+SETTINGS = settings(
+    max_examples=150, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@SETTINGS
+@given(histories(allow_bad=True), st.sampled_from([None, "history", "f"]))
+def test_measure_agrees(differential, history, fragment_id):
+    try:
+        differential("measure_messages", history, fragment_id)
+    except Exception as exc:  # the same error from both, which is what is asserted
+        assert type(exc).__name__ == "ContextPlanError"
+
+
+@SETTINGS
+@given(message | bad_message, st.integers(0, 99))
+def test_text_pieces_agree(differential, msg, index):
+    try:
+        pieces = differential("message_text_pieces", msg, index, "h")
+    except Exception as exc:
+        assert type(exc).__name__ == "ContextPlanError"
+        return
+    chars = differential("measure_messages", [msg])[1]
+    assert sum(len(p) for p in pieces) == int(chars[0])
+
+
+@SETTINGS
+@given(histories(), st.integers(0, 8), st.integers(0, 50_000))
+def test_group_and_cut_agree(differential, history, keep, target):
+    roles, chars, flags, opaque = differential("measure_messages", history)
+    for grouping in (0, 1):
+        offsets, group_chars = differential("group_offsets", flags, chars, grouping)
+        assert int(group_chars.sum()) == int(chars.sum())
+        first = differential("trim_cut", group_chars, keep, target)
+        kept = int(group_chars[first:].sum())
+        assert kept <= target or len(group_chars) - first <= keep
+        many = differential(
+            "trim_cut_many", np.array([0, len(history)]), flags, chars, keep, target, grouping
+        )
+        assert many[0].tolist() == [int(offsets[first])]
+        assert many[3].tolist() == [kept]
+
+
+@SETTINGS
+@given(histories())
+def test_tool_pairing_agrees(differential, history):
+    flags = differential("measure_messages", history)[2]
+    differential("tool_pairing", history, flags)
+
+
+@SETTINGS
+@given(st.lists(histories(), max_size=6), st.integers(0, 4), st.integers(0, 5_000))
+def test_trim_cut_many_agrees(differential, conversations, keep, target):
+    flat = [m for conv in conversations for m in conv]
+    _, chars, flags, _ = differential("measure_messages", flat)
+    offsets = np.cumsum([0] + [len(c) for c in conversations]).astype(np.int64)
+    differential("trim_cut_many", offsets, flags, chars, keep, target)
+
+
+@SETTINGS
+@given(st.lists(text, max_size=40), st.sampled_from([np.int32, np.int64]))
+def test_utf8_lengths_agree(differential, strings, dtype):
+    encoded = [s.encode("utf-8", "surrogatepass") for s in strings]
+    data = b"".join(encoded)
+    offsets = np.cumsum([0] + [len(e) for e in encoded]).astype(dtype)
+    try:
+        counts = differential("utf8_lengths", data, offsets)
+    except ValueError:
+        # Lone surrogates encode to invalid UTF-8: both twins refuse them alike.
+        assert any("\ud800" <= ch <= "\udfff" for s in strings for ch in s)
+        return
+    assert counts.tolist() == [len(s) for s in strings]
+
+
+@SETTINGS
+@given(st.binary(max_size=200), st.lists(st.integers(0, 200), max_size=10))
+def test_utf8_lengths_agree_on_arbitrary_bytes(differential, data, cuts):
+    offsets = np.array(sorted({0, len(data), *[c for c in cuts if c <= len(data)]}), dtype=np.int64)
+    try:
+        counts = differential("utf8_lengths", data, offsets)
+    except ValueError:
+        return
+    for r in range(len(offsets) - 1):
+        assert counts[r] == len(data[offsets[r]:offsets[r + 1]].decode("utf-8"))
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from([*ROLE_NAMES, "User", "toolx", ""]) | text, max_size=30))
+def test_role_codes_agree(differential, roles):
+    encoded = [r.encode("utf-8", "surrogatepass") for r in roles]
+    offsets = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int32)
+    differential("role_codes_utf8", b"".join(encoded), offsets)
