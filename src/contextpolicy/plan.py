@@ -235,7 +235,7 @@ def _plan_issue(error: Mapping[str, Any], data: Any) -> Issue:
             if isinstance(node, list) and 0 <= key < len(node):
                 node = node[key]
                 fid = node.get("id") if isinstance(node, Mapping) else None
-                if isinstance(fid, str) and fid and parts and parts[-1] in ("fragments", "original"):
+                if isinstance(fid, str) and fid.strip() and parts and parts[-1] in ("fragments", "original"):
                     label = fid
             else:
                 node = None

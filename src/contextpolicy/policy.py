@@ -172,7 +172,7 @@ def _format_path(loc: Iterable[Any]) -> str:
         if isinstance(part, int):
             out += f"[{part}]"
         else:
-            out += ("." if out else "") + to_camel(str(part))
+            out += ("." if out else "") + str(part)
     return out
 
 
