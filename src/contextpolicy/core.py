@@ -223,7 +223,14 @@ class _Run:
                     f"handler {hid!r} is a {type(handler).__name__}, not a callable",
                     path=f"handlers.{hid}", code="handler-not-callable",
                 )
-        typed = _parse(policy, _fragment_refs(self.plan.fragments), set(self.handlers))
+        refs = _fragment_refs(self.plan.fragments)
+        if isinstance(policy, Mapping) and policy.get("mode") == "audit" or isinstance(
+            policy, AuditPolicy
+        ):
+            # An audit names fragments of the original too (a removed one, say); protection is
+            # judged as it was originally.
+            refs.update(_fragment_refs(self.plan.original or ()))
+        typed = _parse(policy, refs, set(self.handlers))
         issues: list[Issue] = []
         if isinstance(typed, ReducePolicy):
             if typed.uses_tokens and self.counter is None:

@@ -1,0 +1,75 @@
+"""Hypothesis strategies for chat histories: unicode (astral-plane emoji, lone surrogates),
+empty and None contents, part lists, Anthropic blocks, tool calls, 0..5,000 messages."""
+
+from __future__ import annotations
+
+from hypothesis import strategies as st
+
+from contextpolicy._constants import ROLE_NAMES
+
+# Unicode including astral-plane emoji and lone surrogates (valid in a Python str).
+text = st.text(
+    st.characters(codec=None, exclude_categories=()), max_size=30
+) | st.sampled_from(["", "😀", "订单", "a\nb", 'q"\\', "\x00\x1f", "🏽" * 5])
+json_value = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.floats() | text,
+    lambda inner: st.lists(inner, max_size=4)
+    | st.dictionaries(text | st.integers() | st.booleans(), inner, max_size=4),
+    max_leaves=12,
+)
+ids = st.sampled_from(["a", "b", "c", "call_1", "x"]) | text
+
+text_part = st.fixed_dictionaries(
+    {"type": st.sampled_from(["text", "input_text", "output_text"]), "text": text}
+)
+opaque_part = st.fixed_dictionaries(
+    {"type": st.sampled_from(["image_url", "image", "input_audio", "file", "refusal"])}
+) | st.just({"no_type": 1}) | st.just({"type": 7})
+tool_use = st.fixed_dictionaries(
+    {"type": st.just("tool_use"), "id": ids, "name": text},
+    optional={"input": json_value},
+)
+tool_result = st.fixed_dictionaries(
+    {"type": st.just("tool_result"), "tool_use_id": ids},
+    optional={"content": st.none() | text | st.lists(text_part | opaque_part | text, max_size=3)},
+)
+part = text_part | opaque_part | tool_use | tool_result | text
+content = st.none() | text | st.lists(part, max_size=5)
+tool_call = st.fixed_dictionaries(
+    {"id": ids},
+    optional={"function": st.fixed_dictionaries(
+        {"name": text}, optional={"arguments": st.none() | text | json_value}
+    ) | st.none(), "type": st.just("function")},
+)
+role = st.sampled_from([*ROLE_NAMES[1:], "critic"])
+message = st.fixed_dictionaries(
+    {"role": role},
+    optional={
+        "content": content,
+        "tool_calls": st.none() | st.lists(tool_call, max_size=3),
+        "tool_call_id": ids,
+        "name": text,
+    },
+)
+# Invalid messages, so that both twins are seen to raise the same error at the same index.
+bad_message = st.sampled_from([
+    "not a dict", None, {"content": "no role"}, {"role": None}, {"role": 1},
+    {"role": "user", "content": 5}, {"role": "user", "content": [3]},
+    {"role": "user", "content": [{"type": "text"}]},
+    {"role": "assistant", "tool_calls": {}}, {"role": "assistant", "tool_calls": [[]]},
+    {"role": "assistant", "tool_calls": [{"function": []}]},
+    {"role": "assistant", "content": [{"type": "tool_use", "input": {(1, 2): 3}}]},
+    {"role": "user", "content": [{"type": "tool_result", "content": {"nested": "dict"}}]},
+])
+
+
+@st.composite
+def histories(draw, allow_bad: bool = False):
+    """0..5,000 messages: a drawn block of messages tiled to the drawn length (fast to draw,
+    still long enough to cross every buffer and block size)."""
+    block = draw(st.lists(message, min_size=1, max_size=30))
+    n = draw(st.integers(0, 5_000) | st.integers(0, 40))
+    out = [block[i % len(block)] for i in range(n)]
+    if allow_bad and n and draw(st.booleans()):
+        out[draw(st.integers(0, n - 1))] = draw(bad_message)
+    return out
