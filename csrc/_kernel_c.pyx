@@ -44,6 +44,7 @@ cdef extern from "utf8.h":
 
 __all__ = [
     "GROUP_MESSAGE",
+    "dict_lookup_floor",
     "GROUP_USER_TURN",
     "IMPLEMENTATION",
     "group_offsets",
@@ -412,6 +413,22 @@ def measure_messages(messages, fragment_id=None):
         chars[i] = acc.chars
         opaque[i] = acc.opaque
     return roles_a, chars_a, flags_a, opaque_a
+
+
+def dict_lookup_floor(list messages):
+    """Calibration only: look up ``role``, ``content`` and ``tool_calls`` in every message and
+    do nothing else. What it costs is the floor of any one pass over message dicts."""
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(messages)
+    cdef Py_ssize_t found = 0
+    cdef object m
+    for i in range(n):
+        m = <object>PyList_GET_ITEM(messages, i)
+        if not PyDict_Check(m):
+            raise TypeError(f"message {i} is not a dict")
+        found += (PyDict_GetItemWithError(m, K_ROLE) != NULL)
+        found += (PyDict_GetItemWithError(m, K_CONTENT) != NULL)
+        found += (PyDict_GetItemWithError(m, K_TOOL_CALLS) != NULL)
+    return found
 
 
 def message_text_pieces(message, Py_ssize_t index=0, fragment_id=None):

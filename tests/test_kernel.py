@@ -363,3 +363,10 @@ def test_trim_cut_many_message_grouping(kernel):
     # 6-7: tool_use "g" + "{}" = 3, tool result 2) would make 12.
     assert first.tolist() == [8] and after.tolist() == [2] and kept.tolist() == [7]
     assert before.tolist() == [8]
+
+
+def test_dict_lookup_floor_counts_present_keys(kernel):
+    msgs = [{"role": "user", "content": None}, {"role": "assistant", "tool_calls": []}, {}]
+    assert kernel.dict_lookup_floor(msgs) == 4
+    with pytest.raises(TypeError, match="message 1 is not a dict"):
+        kernel.dict_lookup_floor([{}, "x"])

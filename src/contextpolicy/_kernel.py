@@ -27,6 +27,7 @@ IMPLEMENTATION: str = _impl.IMPLEMENTATION
 COMPILED: bool = IMPLEMENTATION == "cython"
 GROUP_MESSAGE = _impl.GROUP_MESSAGE
 GROUP_USER_TURN = _impl.GROUP_USER_TURN
+dict_lookup_floor = _impl.dict_lookup_floor
 group_offsets = _impl.group_offsets
 measure_messages = _impl.measure_messages
 message_text_pieces = _impl.message_text_pieces

@@ -33,6 +33,7 @@ from .errors import ContextPlanError
 
 __all__ = [
     "GROUP_MESSAGE",
+    "dict_lookup_floor",
     "GROUP_USER_TURN",
     "IMPLEMENTATION",
     "group_offsets",
@@ -223,6 +224,17 @@ def measure_messages(
     return roles, chars, flags, opaque
 
 
+def dict_lookup_floor(messages: list[Any]) -> int:
+    """Calibration only: look up ``role``, ``content`` and ``tool_calls`` in every message and
+    do nothing else. What it costs is the floor of any one pass over message dicts."""
+    found = 0
+    for i, message in enumerate(messages):
+        if not isinstance(message, dict):
+            raise TypeError(f"message {i} is not a dict")
+        found += ("role" in message) + ("content" in message) + ("tool_calls" in message)
+    return found
+
+
 def message_text_pieces(message: Any, index: int = 0, fragment_id: str | None = None) -> list[str]:
     """The text pieces whose code points :func:`measure_messages` counts, in order."""
     pieces: list[str] = []
@@ -356,47 +368,22 @@ def _utf8_error(row: int, pos: int) -> ValueError:
 def utf8_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
     """Code points of each string of an Arrow string array (UTF-8 ``data`` + ``offsets``).
 
-    No Python string is created. Invalid UTF-8 raises ``ValueError`` naming row and byte.
+    Invalid UTF-8 raises ``ValueError`` naming the row and the absolute offset of the first
+    byte of the invalid sequence. (The compiled kernel creates no Python string; the twin lets
+    Python's strict decoder validate, which reports the same byte.)
     """
     buf = np.frombuffer(data, dtype=np.uint8)
     offsets = np.asarray(offsets)
     _check_offsets(offsets, len(buf), "utf8_lengths")
-    n = len(offsets) - 1
-    out = np.zeros(n, dtype=np.int64)
-    raw = buf.tobytes()
-    for r in range(n):
-        start = int(offsets[r])
-        end = int(offsets[r + 1])
-        count = 0
-        i = start
-        while i < end:
-            b = raw[i]
-            if b < 0x80:
-                i += 1
-            else:
-                if 0xC2 <= b <= 0xDF:
-                    need, lo, hi = 1, 0x80, 0xBF
-                elif 0xE0 <= b <= 0xEF:
-                    need = 2
-                    lo = 0xA0 if b == 0xE0 else 0x80
-                    hi = 0x9F if b == 0xED else 0xBF
-                elif 0xF0 <= b <= 0xF4:
-                    need = 3
-                    lo = 0x90 if b == 0xF0 else 0x80
-                    hi = 0x8F if b == 0xF4 else 0xBF
-                else:
-                    raise _utf8_error(r, i)
-                if i + need >= end:
-                    raise _utf8_error(r, i)
-                c = raw[i + 1]
-                if c < lo or c > hi:
-                    raise _utf8_error(r, i)
-                for k in range(2, need + 1):
-                    if raw[i + k] & 0xC0 != 0x80:
-                        raise _utf8_error(r, i)
-                i += need + 1
-            count += 1
-        out[r] = count
+    raw = memoryview(buf)
+    bounds = offsets.tolist()
+    out = np.zeros(len(bounds) - 1, dtype=np.int64)
+    for r in range(len(bounds) - 1):
+        start, end = bounds[r], bounds[r + 1]
+        try:
+            out[r] = len(str(raw[start:end], "utf-8"))
+        except UnicodeDecodeError as exc:
+            raise _utf8_error(r, start + exc.start) from None
     return out
 
 

@@ -9,6 +9,7 @@ and emoji text. The same seed always gives the same history.
 from __future__ import annotations
 
 import json
+import math
 from typing import Any
 
 import numpy as np
@@ -27,48 +28,80 @@ _EMOJI = "😀🚚📦💳✅❌🔁🧾📮🛠️"
 _TOOLS = ("lookup_order", "search_kb", "get_invoice", "track_parcel", "update_address")
 
 
+class _Rand:
+    """Random numbers drawn from numpy in blocks: a million messages in seconds, not minutes."""
+
+    BLOCK = 1 << 16
+
+    def __init__(self, seed: int) -> None:
+        self.rng = np.random.default_rng(seed)
+        self._u: list[float] = []
+        self._z: list[float] = []
+
+    def random(self) -> float:
+        if not self._u:
+            self._u = self.rng.random(self.BLOCK).tolist()
+        return self._u.pop()
+
+    def normal(self) -> float:
+        if not self._z:
+            self._z = self.rng.standard_normal(self.BLOCK).tolist()
+        return self._z.pop()
+
+    def integers(self, low: int, high: int) -> int:
+        return low + int(self.random() * (high - low))
+
+    def lognormal(self, median: float, sigma: float) -> float:
+        return median * math.exp(sigma * self.normal())
+
+
 class _Text:
     """Cheap slices of a large, fixed pool of text (no per-message random word joins)."""
 
     def __init__(self, rng: np.random.Generator) -> None:
-        words = rng.choice(_WORDS, size=60_000)
+        words = rng.choice(np.array(_WORDS), size=60_000)
         self.latin = " ".join(words.tolist())
         cjk = rng.choice(list(_CJK), size=20_000)
         self.cjk = "".join(cjk.tolist())
         emo = rng.choice(list(_EMOJI), size=2_000)
         self.emoji = " ".join(emo.tolist())
 
-    def take(self, rng: np.random.Generator, length: int, kind: int) -> str:
-        pool = self.latin if kind == 0 else self.cjk if kind == 1 else self.emoji + self.latin
+        self.mixed = self.emoji + self.latin
+
+    def take(self, rng: _Rand, length: int, kind: int) -> str:
+        pool = self.latin if kind == 0 else self.cjk if kind == 1 else self.mixed
         length = max(1, min(length, len(pool) - 1))
-        start = int(rng.integers(0, len(pool) - length))
+        start = rng.integers(0, len(pool) - length)
         return pool[start : start + length]
 
 
-def _length(rng: np.random.Generator, median: float = 300.0) -> int:
+def _length(rng: _Rand, median: float = 300.0) -> int:
     # Log-normal body with a heavy tail of 20k-character tool outputs.
     if rng.random() < 0.01:
         return 20_000
-    return max(1, int(rng.lognormal(np.log(median), 0.9)))
+    return max(1, int(rng.lognormal(median, 0.9)))
 
 
-def _script_kind(rng: np.random.Generator) -> int:
+def _script_kind(rng: _Rand) -> int:
     r = rng.random()
     return 1 if r < 0.05 else 2 if r < 0.08 else 0
 
 
-def _turn(rng: np.random.Generator, text: _Text, turn: int, out: list[dict[str, Any]]) -> None:
-    out.append({"role": "user", "content": text.take(rng, _length(rng, 200), _script_kind(rng))})
-    calls = int(rng.choice((0, 1, 2, 2, 3), p=(0.1, 0.3, 0.3, 0.2, 0.1)))
+_CALLS = (0, 1, 1, 1, 2, 2, 2, 3, 3, 3)  # about 1.8 tool calls per turn
+
+
+def _turn(rng: _Rand, text: _Text, turn: int, out: list[dict[str, Any]]) -> None:
+    out.append({"role": "user", "content": text.take(rng, _length(rng, 300), _script_kind(rng))})
+    calls = _CALLS[rng.integers(0, len(_CALLS))]
     anthropic = rng.random() < 0.25
     for c in range(calls):
         call_id = f"call_{turn}_{c}"
-        tool = _TOOLS[int(rng.integers(0, len(_TOOLS)))]
-        args = {"id": int(rng.integers(1000, 99999)), "query": text.take(rng, 24, 0)}
-        result = text.take(rng, _length(rng, 400), _script_kind(rng))
+        tool = _TOOLS[rng.integers(0, len(_TOOLS))]
+        args = {"id": rng.integers(1000, 99999), "query": text.take(rng, 24, 0)}
+        result = text.take(rng, _length(rng, 450), _script_kind(rng))
         if anthropic:
             out.append({"role": "assistant", "content": [
-                {"type": "text", "text": text.take(rng, _length(rng, 80), 0)},
+                {"type": "text", "text": text.take(rng, _length(rng, 120), 0)},
                 {"type": "tool_use", "id": call_id, "name": tool, "input": args},
             ]})
             out.append({"role": "user", "content": [
@@ -80,7 +113,7 @@ def _turn(rng: np.random.Generator, text: _Text, turn: int, out: list[dict[str, 
                 "function": {"name": tool, "arguments": json.dumps(args)},
             }]})
             out.append({"role": "tool", "tool_call_id": call_id, "content": result})
-    out.append({"role": "assistant", "content": text.take(rng, _length(rng, 300), _script_kind(rng))})
+    out.append({"role": "assistant", "content": text.take(rng, _length(rng, 400), _script_kind(rng))})
     if rng.random() < 0.02:
         out.append({"role": "user", "content": [
             {"type": "text", "text": "see attached"},
@@ -91,8 +124,8 @@ def _turn(rng: np.random.Generator, text: _Text, turn: int, out: list[dict[str, 
 
 def make_history(n_messages: int, seed: int = 0) -> list[dict[str, Any]]:
     """A history of exactly ``n_messages`` messages, starting with a user turn."""
-    rng = np.random.default_rng(seed)
-    text = _Text(rng)
+    rng = _Rand(seed)
+    text = _Text(rng.rng)
     out: list[dict[str, Any]] = []
     turn = 0
     while len(out) < n_messages:
@@ -104,8 +137,8 @@ def make_history(n_messages: int, seed: int = 0) -> list[dict[str, Any]]:
 
 def make_transcript(n_messages: int, seed: int = 0, system: str | None = None) -> list[dict[str, Any]]:
     """A full transcript: a system prompt, ``n_messages`` of history and a final question."""
-    rng = np.random.default_rng(seed + 1)
-    text = _Text(rng)
+    rng = _Rand(seed + 1)
+    text = _Text(rng.rng)
     head = [{"role": "system", "content": system or "You are a careful support agent. " * 4}]
     question = {"role": "user", "content": text.take(rng, _length(rng, 200), 0) + "?"}
     return head + make_history(n_messages, seed) + [question]
