@@ -1,0 +1,69 @@
+"""Benchmark fixtures: seeded synthetic histories (loaded back from JSON, as an application
+holds them), the kernel implementations, and the sizes to run.
+
+``pytest benchmarks --benchmark-enable --benchmark-only`` measures at 10k, 100k and 1M
+messages; the test suite runs the same benchmarks once each, disabled, at 10k (correctness).
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from contextpolicy.synthetic import make_history, make_transcript
+
+FULL_SIZES = [10_000, 100_000, 1_000_000]
+SMOKE_SIZES = [10_000]
+_CACHE: dict[tuple[str, int], Any] = {}
+
+
+def measuring(config: pytest.Config) -> bool:
+    return not config.getoption("benchmark_disable")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "size" in metafunc.fixturenames:
+        sizes = FULL_SIZES if measuring(metafunc.config) else SMOKE_SIZES
+        metafunc.parametrize("size", sizes, ids=[f"{n // 1000}k" for n in sizes], scope="session")
+
+
+@pytest.fixture(scope="session", params=[pytest.param("c", marks=pytest.mark.c_extension), "py"])
+def impl(request: pytest.FixtureRequest) -> ModuleType:
+    return importlib.import_module(f"contextpolicy._kernel_{request.param}")
+
+
+def cached(key: tuple[str, int], make: Any) -> Any:
+    if key not in _CACHE:
+        _CACHE[key] = make()
+    return _CACHE[key]
+
+
+@pytest.fixture(scope="session")
+def history(size: int) -> list[dict[str, Any]]:
+    """``size`` messages of history, JSON round-tripped (realistic object layout)."""
+    return cached(("history", size), lambda: json.loads(json.dumps(make_history(size, seed=7))))
+
+
+@pytest.fixture(scope="session")
+def transcript(size: int) -> list[dict[str, Any]]:
+    """A system prompt, ``size`` messages of history and a question."""
+    return cached(
+        ("transcript", size), lambda: json.loads(json.dumps(make_transcript(size, seed=7)))
+    )
+
+
+def rounds(size: int, small: int = 20) -> int:
+    return max(2, small * 10_000 // size)
+
+
+SEED_POLICY = {
+    "mode": "reduce", "triggerChars": 1800, "targetInputChars": 1500,
+    "selection": {"mode": "sequence"},
+    "steps": [{"id": "recent-history", "kind": "trim", "fragmentId": "history",
+               "field": "messages", "grouping": {"kind": "user-turn"}, "keepGroups": 2,
+               "targetChars": 1000}],
+}
