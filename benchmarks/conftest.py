@@ -22,7 +22,8 @@ _CACHE: dict[tuple[str, int], Any] = {}
 
 
 def measuring(config: pytest.Config) -> bool:
-    return not config.getoption("benchmark_disable")
+    # `--benchmark-enable` overrides the `--benchmark-disable` of the test suite's addopts.
+    return bool(config.getoption("benchmark_enable")) or not config.getoption("benchmark_disable")
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
