@@ -7,6 +7,8 @@ Read ratios from one run: ``pytest benchmarks --benchmark-enable --benchmark-onl
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from .conftest import rounds
@@ -42,29 +44,49 @@ def langchain_history(history, size):
 
     from .conftest import cached
 
-    def build():
-        import contextpolicy._kernel as kernel
+    return cached(("langchain", size), lambda: convert_to_messages(history))
 
-        messages = convert_to_messages(history)
-        chars = kernel.measure_messages(history)[1].tolist()
-        # The same character figures as ours, looked up per message object.
-        by_id = {id(m): c for m, c in zip(messages, chars)}
-        return messages, by_id
 
-    return cached(("langchain", size), build)
+def _compact(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _part_chars(parts):
+    total = 0
+    for part in parts:
+        if isinstance(part, str):
+            total += len(part)
+            continue
+        kind = part.get("type")
+        if kind in ("text", "input_text", "output_text"):
+            total += len(part.get("text") or "")
+        elif kind == "tool_result":
+            inner = part.get("content")
+            total += len(inner) if isinstance(inner, str) else _part_chars(inner or [])
+        elif kind == "tool_use":
+            total += len(part.get("name") or "") + len(_compact(part.get("input")))
+    return total
+
+
+def langchain_char_counter(messages):
+    """A character counter for LangChain messages, as a LangChain user writes one: the text
+    each message carries, its tool calls' names and arguments (the same rules as ours)."""
+    total = 0
+    for m in messages:
+        content = m.content
+        total += len(content) if isinstance(content, str) else _part_chars(content)
+        for call in getattr(m, "tool_calls", None) or ():
+            total += len(call["name"]) + len(_compact(call["args"]))
+    return total
 
 
 def test_langchain_trim_messages(benchmark, langchain_history, history, size):
     from langchain_core.messages import trim_messages
 
-    messages, by_id = langchain_history
-
-    def count(batch):
-        return sum(by_id[id(m)] for m in batch)
-
     def run():
-        return trim_messages(messages, max_tokens=TARGET_CHARS, token_counter=count,
-                             strategy="last", start_on="human", include_system=False)
+        return trim_messages(langchain_history, max_tokens=TARGET_CHARS,
+                             token_counter=langchain_char_counter, strategy="last",
+                             start_on="human", include_system=False)
 
     benchmark.group = f"object path {size // 1000}k"
     benchmark.extra_info.update(messages=size, kind="langchain")

@@ -7,12 +7,13 @@ surface. Message dicts are read in place with borrowed references: nothing is co
 Python object is created per message on the hot path.
 """
 
+cimport cython
 from cpython.dict cimport PyDict_Check
 from cpython.list cimport PyList_Check
 from cpython.ref cimport PyObject
 from cpython.unicode cimport PyUnicode_Check
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
-from libc.string cimport memcmp
+from libc.string cimport memcmp, memset
 
 import json
 
@@ -30,6 +31,10 @@ from contextpolicy.errors import ContextPlanError
 
 cdef extern from "Python.h":
     PyObject* PyDict_GetItemWithError(object d, object key) except? NULL
+    int PyDict_Next(object d, Py_ssize_t* pos, PyObject** key, PyObject** value)
+    void Py_INCREF(PyObject* o)
+    void Py_XDECREF(PyObject* o)
+    bint PyUnicode_Check_ptr "PyUnicode_Check"(PyObject* o)
     Py_ssize_t PyList_GET_SIZE(object lst)
     PyObject* PyList_GET_ITEM(object lst, Py_ssize_t i)
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
@@ -92,12 +97,83 @@ cdef object K_TOOL_CALL_ID = "tool_call_id"
 cdef object K_TOOL_USE_ID = "tool_use_id"
 
 cdef dict _ROLE_CODES = dict(ROLE_CODES)
-cdef object _ENCODER = _kernel_py.COMPACT_JSON
-
 
 cdef inline bint _eq1(object s, Py_ssize_t n, const char* lit):
     # s is a str of length n; compare against an ASCII literal without creating objects.
     return PyUnicode_KIND(s) == PyUnicode_1BYTE_KIND and memcmp(PyUnicode_DATA(s), lit, n) == 0
+
+
+# Dict keys are matched by one pass of PyDict_Next rather than a hash lookup per key: the key
+# objects of a transcript are few (json.loads shares them), so a pointer cache answers almost
+# every key without touching it. Cached keys are owned (a reference is held), so a cached
+# pointer can never be reused by another object.
+cdef enum:
+    KC_OTHER = 0
+    KC_ROLE = 1
+    KC_CONTENT = 2
+    KC_TOOL_CALLS = 3
+    KC_TYPE = 4
+    KC_TEXT = 5
+    KC_NAME = 6
+    KC_INPUT = 7
+    KC_FUNCTION = 8
+    KC_ARGUMENTS = 9
+    KC_COUNT = 10
+    KEY_CACHE = 256
+
+cdef PyObject* _cache_key[KEY_CACHE]
+cdef int _cache_code[KEY_CACHE]
+memset(_cache_key, 0, sizeof(_cache_key))
+
+
+cdef int _key_code_slow(PyObject* key, size_t slot) noexcept:
+    cdef int code = KC_OTHER
+    cdef object k = <object>key
+    cdef Py_ssize_t n
+    if PyUnicode_Check_ptr(key) and PyUnicode_KIND(k) == PyUnicode_1BYTE_KIND:
+        n = PyUnicode_GET_LENGTH(k)
+        if n == 4:
+            if _eq1(k, 4, b"role"):
+                code = KC_ROLE
+            elif _eq1(k, 4, b"type"):
+                code = KC_TYPE
+            elif _eq1(k, 4, b"text"):
+                code = KC_TEXT
+            elif _eq1(k, 4, b"name"):
+                code = KC_NAME
+        elif n == 7 and _eq1(k, 7, b"content"):
+            code = KC_CONTENT
+        elif n == 10 and _eq1(k, 10, b"tool_calls"):
+            code = KC_TOOL_CALLS
+        elif n == 5 and _eq1(k, 5, b"input"):
+            code = KC_INPUT
+        elif n == 8 and _eq1(k, 8, b"function"):
+            code = KC_FUNCTION
+        elif n == 9 and _eq1(k, 9, b"arguments"):
+            code = KC_ARGUMENTS
+    Py_INCREF(key)
+    Py_XDECREF(_cache_key[slot])
+    _cache_key[slot] = key
+    _cache_code[slot] = code
+    return code
+
+
+cdef inline int _key_code(PyObject* key) noexcept:
+    cdef size_t slot = (<size_t>key >> 4) & (KEY_CACHE - 1)
+    if _cache_key[slot] == key:
+        return _cache_code[slot]
+    return _key_code_slow(key, slot)
+
+
+cdef inline void _scan(object d, PyObject** slots) noexcept:
+    # slots[code] = borrowed value of the key with that code, or NULL.
+    cdef Py_ssize_t pos = 0
+    cdef PyObject* k
+    cdef PyObject* v
+    memset(slots, 0, KC_COUNT * sizeof(PyObject*))
+    while PyDict_Next(d, &pos, &k, &v):
+        slots[_key_code(k)] = v
+cdef object _ENCODER = _kernel_py.COMPACT_JSON
 
 
 cdef inline int8_t _role_code(object role):
@@ -229,6 +305,7 @@ cdef int64_t _compact_json_len(object value) except -1:
         return -2
 
 
+@cython.final
 cdef class _Acc:
     cdef int64_t chars
     cdef int32_t opaque
@@ -252,7 +329,7 @@ cdef uint8_t _parts(object parts, _Acc acc) except? 255:
     # Returns the flags the parts imply, or 255 when a part is invalid.
     cdef Py_ssize_t j, n = PyList_GET_SIZE(parts)
     cdef uint8_t flags = 0
-    cdef PyObject* p
+    cdef PyObject* slots[KC_COUNT]
     cdef PyObject* v
     cdef int ptype
     cdef int64_t length
@@ -264,23 +341,23 @@ cdef uint8_t _parts(object parts, _Acc acc) except? 255:
             continue
         if not PyDict_Check(part):
             return 255
-        p = PyDict_GetItemWithError(part, K_TYPE)
-        ptype = P_OTHER if p == NULL else _part_type(<object>p)
+        _scan(part, slots)
+        ptype = P_OTHER if slots[KC_TYPE] == NULL else _part_type(<object>slots[KC_TYPE])
         if ptype == P_TEXT:
-            v = PyDict_GetItemWithError(part, K_TEXT)
+            v = slots[KC_TEXT]
             if v == NULL or not PyUnicode_Check(<object>v):
                 return 255
             acc.add(<object>v)
         elif ptype == P_TOOL_RESULT:
             flags |= F_RESULT
-            v = PyDict_GetItemWithError(part, K_CONTENT)
+            v = slots[KC_CONTENT]
             if v != NULL and _content(<object>v, acc) < 0:
                 return 255
         elif ptype == P_TOOL_USE:
-            v = PyDict_GetItemWithError(part, K_NAME)
+            v = slots[KC_NAME]
             if v != NULL and PyUnicode_Check(<object>v):
                 acc.add(<object>v)
-            v = PyDict_GetItemWithError(part, K_INPUT)
+            v = slots[KC_INPUT]
             if v != NULL:
                 if acc.pieces is not None:
                     if _add_json(acc, <object>v) < 0:
@@ -309,6 +386,7 @@ cdef int _content(object content, _Acc acc) except -2:
 
 cdef int _tool_calls(object calls, _Acc acc) except -2:
     cdef Py_ssize_t j, n = PyList_GET_SIZE(calls)
+    cdef PyObject* slots[KC_COUNT]
     cdef PyObject* f
     cdef PyObject* v
     cdef int64_t length
@@ -317,16 +395,18 @@ cdef int _tool_calls(object calls, _Acc acc) except -2:
         call = <object>PyList_GET_ITEM(calls, j)
         if not PyDict_Check(call):
             return -1
-        f = PyDict_GetItemWithError(call, K_FUNCTION)
+        _scan(call, slots)
+        f = slots[KC_FUNCTION]
         if f == NULL or <object>f is None:
             continue
         fn = <object>f
         if not PyDict_Check(fn):
             return -1
-        v = PyDict_GetItemWithError(fn, K_NAME)
+        _scan(fn, slots)
+        v = slots[KC_NAME]
         if v != NULL and PyUnicode_Check(<object>v):
             acc.add(<object>v)
-        v = PyDict_GetItemWithError(fn, K_ARGUMENTS)
+        v = slots[KC_ARGUMENTS]
         if v != NULL:
             args = <object>v
             if PyUnicode_Check(args):
@@ -345,6 +425,7 @@ cdef int _tool_calls(object calls, _Acc acc) except -2:
 
 cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
                       int8_t* role_out) except? 255:
+    cdef PyObject* slots[KC_COUNT]
     cdef PyObject* r
     cdef PyObject* c
     cdef PyObject* t
@@ -353,11 +434,12 @@ cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
     cdef uint8_t flags = 0
     if not PyDict_Check(message):
         _invalid(message, index, fid)
-    r = PyDict_GetItemWithError(message, K_ROLE)
+    _scan(message, slots)
+    r = slots[KC_ROLE]
     if r == NULL or not PyUnicode_Check(<object>r):
         _invalid(message, index, fid)
     code = _role_code(<object>r)
-    c = PyDict_GetItemWithError(message, K_CONTENT)
+    c = slots[KC_CONTENT]
     if c != NULL:
         content = <object>c
         if PyUnicode_Check(content):
@@ -373,7 +455,7 @@ cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
         flags |= F_OPENS
     if code == R_TOOL or code == R_FUNCTION:
         flags |= F_RESULT
-    t = PyDict_GetItemWithError(message, K_TOOL_CALLS)
+    t = slots[KC_TOOL_CALLS]
     if t != NULL and <object>t is not None:
         calls = <object>t
         if not PyList_Check(calls):
