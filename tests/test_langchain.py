@@ -39,7 +39,11 @@ def openai_histories(draw):
 
 
 def ours(history: list[dict], target: int) -> list[dict]:
-    plan = ContextPlan(fragments=[Fragment(id="history", kind="history", messages=history)])
+    # The system prompt keeps the plan above the 1-char trigger even for a one-char history.
+    plan = ContextPlan(fragments=[
+        Fragment(id="system", kind="system", text="be brief"),
+        Fragment(id="history", kind="history", messages=history),
+    ])
     policy = {"mode": "reduce", "triggerChars": 1, "steps": [{
         "id": "trim", "kind": "trim", "fragmentId": "history", "field": "messages",
         "grouping": {"kind": "user-turn"}, "keepGroups": 0, "targetChars": target,
