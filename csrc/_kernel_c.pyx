@@ -776,6 +776,20 @@ def role_codes_utf8(data, offsets):
     return out_a
 
 
+cdef inline int64_t _count_starts(const uint8_t* flags, Py_ssize_t lo, Py_ssize_t hi,
+                                  uint8_t mask, bint invert) noexcept nogil:
+    # Group starts in flags[lo:hi]; two plain loops the compiler vectorises.
+    cdef int64_t count = 0
+    cdef Py_ssize_t j
+    if invert:
+        for j in range(lo, hi):
+            count += (flags[j] & mask) == 0
+    else:
+        for j in range(lo, hi):
+            count += (flags[j] & mask) != 0
+    return count
+
+
 def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t target_chars,
                   int grouping=GROUP_USER_TURN):
     """Group and cut many conversations at once (see the twin)."""
@@ -805,6 +819,7 @@ def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t
     cdef int64_t[::1] after = after_a
     cdef int64_t[::1] kept_chars = kept_a
     cdef int64_t cur, total, ngroups, fit, fit_start, fit_chars, floor_start, floor_chars
+    cdef Py_ssize_t stop
     cdef bint fitting
     with nogil:
         for r in range(n):
@@ -819,7 +834,10 @@ def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t
             floor_start = b
             floor_chars = 0
             fitting = True
-            # Walk backwards; a group is complete when its opening message is reached.
+            stop = a
+            # Walk backwards only as far as the answer needs: a group is complete when its
+            # opening message is reached; stop once the suffix no longer fits and the floor is
+            # met. The groups of the untouched prefix are only counted.
             for i in range(b - 1, a - 1, -1):
                 cur += chars[i]
                 if i == a or (((flags[i] & mask) != 0) != invert):
@@ -835,6 +853,11 @@ def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t
                     if ngroups <= keep_groups:
                         floor_start = i
                         floor_chars = total
+                    if not fitting and ngroups >= keep_groups:
+                        stop = i
+                        break
+            if stop > a:
+                ngroups += 1 + _count_starts(&flags[0], a + 1, stop, mask, invert)
             before[r] = ngroups
             if fit >= keep_groups or fit >= ngroups:
                 first[r] = fit_start

@@ -1,7 +1,17 @@
-/* Code point counting with UTF-8 validation, for the columnar kernel.
+/* Code point counting with strict UTF-8 validation, for the columnar kernel.
  *
- * ASCII runs are consumed eight bytes at a time; any other byte goes through a strict
- * validator (RFC 3629: no overlongs, no surrogates, nothing above U+10FFFF).
+ * cp_utf8_count(p, n, &bad) returns the number of code points in p[0..n), or -1 with *bad set
+ * to the offset of the first byte of the first invalid sequence (RFC 3629: no overlongs, no
+ * surrogates, nothing above U+10FFFF, no truncated sequence).
+ *
+ * Two implementations give identical results:
+ * - scalar: ASCII runs eight bytes at a time, a strict decoder for everything else;
+ * - AVX2 (x86-64 with GCC or Clang, chosen at run time): 32 bytes per step. Validation follows
+ *   Keiser & Lemire, "Validating UTF-8 in less than one instruction per byte" (2021): three
+ *   nibble lookups classify every pair of adjacent bytes, and a saturating subtraction marks
+ *   the bytes that must be the 2nd or 3rd continuation of a 3- or 4-byte sequence. Code points
+ *   are the bytes that are not continuation bytes. On an error the scalar decoder finds the
+ *   exact byte.
  */
 #ifndef CONTEXTPOLICY_UTF8_H
 #define CONTEXTPOLICY_UTF8_H
@@ -11,14 +21,11 @@
 
 #define CP_ASCII_MASK 0x8080808080808080ULL
 
-/* Count the code points in p[0..n). Returns the count, or -1 with *bad set to the offset of the
- * first byte of the invalid sequence. */
-static inline int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad)
+static inline int64_t cp_utf8_count_scalar(const uint8_t *p, int64_t n, int64_t *bad)
 {
     int64_t i = 0, count = 0;
     while (i < n) {
-        /* ASCII fast path: 8 bytes at a time. */
-        while (i + 8 <= n) {
+        while (i + 8 <= n) { /* ASCII fast path */
             uint64_t w;
             memcpy(&w, p + i, 8);
             if (w & CP_ASCII_MASK)
@@ -69,6 +76,173 @@ static inline int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad)
         count += 1;
     }
     return count;
+}
+
+#if (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(_M_X64))
+#define CP_HAVE_AVX2_PATH 1
+#include <immintrin.h>
+
+/* Error classes of a pair of adjacent bytes (byte 1, byte 2). */
+#define CP_TOO_SHORT (1 << 0)      /* 11______ then 0_______ or 11______ */
+#define CP_TOO_LONG (1 << 1)       /* 0_______ then 10______ */
+#define CP_OVERLONG_3 (1 << 2)     /* 11100000 100_____ */
+#define CP_TOO_LARGE (1 << 3)      /* 11110100 1001____, 11110100 101_____, 11110101+ 10______ */
+#define CP_SURROGATE (1 << 4)      /* 11101101 101_____ */
+#define CP_OVERLONG_2 (1 << 5)     /* 1100000_ 10______ */
+#define CP_TOO_LARGE_1000 (1 << 6) /* 11110101+ 1000____ */
+#define CP_OVERLONG_4 (1 << 6)     /* 11110000 1000____ */
+#define CP_TWO_CONTS (1 << 7)      /* 10______ 10______ (valid only inside a 3/4-byte sequence) */
+#define CP_CARRY (CP_TOO_SHORT | CP_TOO_LONG | CP_TWO_CONTS)
+
+__attribute__((target("avx2"))) static inline __m256i cp_prev(__m256i input, __m256i prev, int n)
+{
+    /* The 32 bytes ending n bytes before the end of `input`, continuing from `prev`. */
+    __m256i joined = _mm256_permute2x128_si256(prev, input, 0x21);
+    switch (n) {
+    case 1: return _mm256_alignr_epi8(input, joined, 15);
+    case 2: return _mm256_alignr_epi8(input, joined, 14);
+    default: return _mm256_alignr_epi8(input, joined, 13);
+    }
+}
+
+__attribute__((target("avx2"))) static inline __m256i cp_block_errors(__m256i input, __m256i prev)
+{
+    const __m256i low4 = _mm256_set1_epi8(0x0F);
+    const __m256i byte_1_high_table = _mm256_setr_epi8(
+        CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG,
+        CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG,
+        CP_TWO_CONTS, CP_TWO_CONTS, CP_TWO_CONTS, CP_TWO_CONTS,
+        CP_TOO_SHORT | CP_OVERLONG_2,
+        CP_TOO_SHORT,
+        CP_TOO_SHORT | CP_OVERLONG_3 | CP_SURROGATE,
+        CP_TOO_SHORT | CP_TOO_LARGE | CP_TOO_LARGE_1000 | CP_OVERLONG_4,
+        CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG,
+        CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG, CP_TOO_LONG,
+        CP_TWO_CONTS, CP_TWO_CONTS, CP_TWO_CONTS, CP_TWO_CONTS,
+        CP_TOO_SHORT | CP_OVERLONG_2,
+        CP_TOO_SHORT,
+        CP_TOO_SHORT | CP_OVERLONG_3 | CP_SURROGATE,
+        CP_TOO_SHORT | CP_TOO_LARGE | CP_TOO_LARGE_1000 | CP_OVERLONG_4);
+#define CP_LARGE (CP_CARRY | CP_TOO_LARGE | CP_TOO_LARGE_1000)
+    const __m256i byte_1_low_table = _mm256_setr_epi8(
+        CP_CARRY | CP_OVERLONG_3 | CP_OVERLONG_2 | CP_OVERLONG_4,
+        CP_CARRY | CP_OVERLONG_2,
+        CP_CARRY, CP_CARRY,
+        CP_CARRY | CP_TOO_LARGE,
+        CP_LARGE, CP_LARGE, CP_LARGE,
+        CP_LARGE, CP_LARGE, CP_LARGE, CP_LARGE, CP_LARGE,
+        CP_LARGE | CP_SURROGATE,
+        CP_LARGE, CP_LARGE,
+        CP_CARRY | CP_OVERLONG_3 | CP_OVERLONG_2 | CP_OVERLONG_4,
+        CP_CARRY | CP_OVERLONG_2,
+        CP_CARRY, CP_CARRY,
+        CP_CARRY | CP_TOO_LARGE,
+        CP_LARGE, CP_LARGE, CP_LARGE,
+        CP_LARGE, CP_LARGE, CP_LARGE, CP_LARGE, CP_LARGE,
+        CP_LARGE | CP_SURROGATE,
+        CP_LARGE, CP_LARGE);
+#undef CP_LARGE
+#define CP_CONT_1000 (CP_TOO_LONG | CP_OVERLONG_2 | CP_TWO_CONTS | CP_OVERLONG_3 | CP_TOO_LARGE_1000 | CP_OVERLONG_4)
+#define CP_CONT_1001 (CP_TOO_LONG | CP_OVERLONG_2 | CP_TWO_CONTS | CP_OVERLONG_3 | CP_TOO_LARGE)
+#define CP_CONT_101 (CP_TOO_LONG | CP_OVERLONG_2 | CP_TWO_CONTS | CP_SURROGATE | CP_TOO_LARGE)
+    const __m256i byte_2_high_table = _mm256_setr_epi8(
+        CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT,
+        CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT,
+        CP_CONT_1000, CP_CONT_1001, CP_CONT_101, CP_CONT_101,
+        CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT,
+        CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT,
+        CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT,
+        CP_CONT_1000, CP_CONT_1001, CP_CONT_101, CP_CONT_101,
+        CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT, CP_TOO_SHORT);
+#undef CP_CONT_1000
+#undef CP_CONT_1001
+#undef CP_CONT_101
+    __m256i prev1 = cp_prev(input, prev, 1);
+    __m256i b1h = _mm256_shuffle_epi8(byte_1_high_table,
+                                      _mm256_and_si256(_mm256_srli_epi16(prev1, 4), low4));
+    __m256i b1l = _mm256_shuffle_epi8(byte_1_low_table, _mm256_and_si256(prev1, low4));
+    __m256i b2h = _mm256_shuffle_epi8(byte_2_high_table,
+                                      _mm256_and_si256(_mm256_srli_epi16(input, 4), low4));
+    __m256i special = _mm256_and_si256(_mm256_and_si256(b1h, b1l), b2h);
+    /* Bytes that must be the 2nd continuation of a 3-byte lead or the 3rd of a 4-byte lead. */
+    __m256i prev2 = cp_prev(input, prev, 2);
+    __m256i prev3 = cp_prev(input, prev, 3);
+    __m256i third = _mm256_subs_epu8(prev2, _mm256_set1_epi8((char)(0xE0 - 0x80)));
+    __m256i fourth = _mm256_subs_epu8(prev3, _mm256_set1_epi8((char)(0xF0 - 0x80)));
+    __m256i must23 = _mm256_and_si256(_mm256_or_si256(third, fourth), _mm256_set1_epi8((char)0x80));
+    return _mm256_xor_si256(must23, special);
+}
+
+__attribute__((target("avx2"))) static inline __m256i cp_incomplete(__m256i input)
+{
+    /* A sequence begun in the last three bytes that the block does not finish. */
+    const __m256i max = _mm256_setr_epi8(
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1,
+        (char)(0xF0 - 1), (char)(0xE0 - 1), (char)(0xC0 - 1));
+    return _mm256_subs_epu8(input, max);
+}
+
+__attribute__((target("avx2,popcnt"))) static int64_t cp_utf8_count_avx2(const uint8_t *p, int64_t n,
+                                                                        int64_t *bad)
+{
+    __m256i prev = _mm256_setzero_si256();
+    __m256i error = _mm256_setzero_si256();
+    __m256i pending = _mm256_setzero_si256();
+    const __m256i cont_limit = _mm256_set1_epi8((char)0xC0); /* bytes < 0xC0 as signed: < -64 */
+    int64_t conts = 0, i = 0;
+    uint8_t tail[32];
+    for (; i < n; i += 32) {
+        __m256i input;
+        if (i + 32 <= n) {
+            input = _mm256_loadu_si256((const __m256i *)(p + i));
+        } else {
+            /* Zero padding is ASCII: a sequence cut off by the end shows up as too short. */
+            memset(tail, 0, sizeof(tail));
+            memcpy(tail, p + i, (size_t)(n - i));
+            input = _mm256_loadu_si256((const __m256i *)tail);
+        }
+        int high = _mm256_movemask_epi8(input);
+        if (high == 0) {
+            error = _mm256_or_si256(error, pending);
+            pending = _mm256_setzero_si256();
+        } else {
+            error = _mm256_or_si256(error, cp_block_errors(input, prev));
+            pending = cp_incomplete(input);
+            /* Continuation bytes: 0x80..0xBF, i.e. signed bytes below (int8_t)0xC0. */
+            __m256i is_cont = _mm256_cmpgt_epi8(cont_limit, input);
+            conts += __builtin_popcount((unsigned)_mm256_movemask_epi8(is_cont));
+        }
+        prev = input;
+    }
+    error = _mm256_or_si256(error, pending);
+    if (!_mm256_testz_si256(error, error))
+        return cp_utf8_count_scalar(p, n, bad); /* finds the first bad byte */
+    return n - conts;
+}
+
+static int cp_avx2_state = -1; /* -1 unknown, 0 no, 1 yes */
+
+static inline int cp_have_avx2(void)
+{
+    if (cp_avx2_state < 0) {
+        __builtin_cpu_init();
+        cp_avx2_state = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+    }
+    return cp_avx2_state;
+}
+#endif
+
+/* Strings shorter than this go to the scalar path: the vector setup does not pay off. */
+#define CP_VECTOR_MIN 64
+
+static inline int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad)
+{
+#ifdef CP_HAVE_AVX2_PATH
+    if (n >= CP_VECTOR_MIN && cp_have_avx2())
+        return cp_utf8_count_avx2(p, n, bad);
+#endif
+    return cp_utf8_count_scalar(p, n, bad);
 }
 
 #endif

@@ -370,3 +370,45 @@ def test_dict_lookup_floor_counts_present_keys(kernel):
     assert kernel.dict_lookup_floor(msgs) == 4
     with pytest.raises(TypeError, match="message 1 is not a dict"):
         kernel.dict_lookup_floor([{}, "x"])
+
+
+# Strings long enough for the vector path, with every lead/continuation byte pair at a block
+# boundary (the 32-byte step straddles offset 32 here).
+# Second bytes: every continuation byte, and both edges of every other byte class.
+SECOND_BYTES = [*range(0x80, 0xC0), 0x00, 0x41, 0x7F, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0,
+                0xF4, 0xF5, 0xFF]
+
+
+@pytest.mark.parametrize("where", [0, 30, 31, 32, 63])
+def test_utf8_lengths_every_byte_pair_at_block_boundaries(kernel, where):
+    tails = [b"", b"\x80", b"\xbf", b"A", b"\x80\x80"]
+    mismatches = []
+    for b1 in (0x80, 0x9F, 0xA0, 0xBF, *range(0xC0, 0x100)):
+        for b2 in SECOND_BYTES:
+            for tail in tails:
+                raw = b"a" * where + bytes((b1, b2)) + tail
+                raw += b"b" * max(0, 70 - len(raw))
+                data = b"xx" + raw
+                offsets = np.array([0, 2, len(data)], dtype=np.int64)
+                try:
+                    expected = len(raw.decode("utf-8"))
+                except UnicodeDecodeError as exc:
+                    expected = ("error", 2 + exc.start)
+                try:
+                    got = int(kernel.utf8_lengths(data, offsets)[1])
+                except ValueError as exc:
+                    got = ("error", int(str(exc).rsplit(" ", 1)[1]))
+                if got != expected:
+                    mismatches.append((raw, got, expected))
+    assert mismatches[:5] == []
+
+
+@pytest.mark.parametrize("length", [31, 32, 33, 63, 64, 65, 95, 96, 97, 200])
+@pytest.mark.parametrize("char", ["é", "订", "😀"])
+def test_utf8_lengths_truncated_at_the_end_of_long_strings(kernel, length, char):
+    encoded = ("a" * length + char).encode()
+    for cut in range(1, len(char.encode())):
+        data = encoded[:-cut]
+        with pytest.raises(ValueError, match=f"at byte {length}$"):
+            kernel.utf8_lengths(data, np.array([0, len(data)], dtype=np.int64))
+    assert kernel.utf8_lengths(encoded, np.array([0, len(encoded)]))[0] == length + 1

@@ -106,3 +106,31 @@ def test_role_codes_agree(differential, roles):
     encoded = [r.encode("utf-8", "surrogatepass") for r in roles]
     offsets = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int32)
     differential("role_codes_utf8", b"".join(encoded), offsets)
+
+
+long_text = st.lists(
+    st.sampled_from(["a", "hello ", "é", "订单", "😀", "\x00", "\x7f", "ß" * 3, "z" * 40]),
+    max_size=120,
+).map("".join)
+
+
+@SETTINGS
+@given(st.lists(long_text, max_size=12), st.data())
+def test_utf8_lengths_agree_on_long_strings(differential, strings, data):
+    encoded = [s.encode() for s in strings]
+    if encoded and data.draw(st.booleans()):
+        # Corrupt one byte somewhere: both twins must name the same string and byte.
+        r = data.draw(st.integers(0, len(encoded) - 1))
+        if encoded[r]:
+            pos = data.draw(st.integers(0, len(encoded[r]) - 1))
+            value = data.draw(st.integers(0x80, 0xFF))
+            encoded[r] = encoded[r][:pos] + bytes([value]) + encoded[r][pos + 1:]
+    offsets = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int64)
+    try:
+        counts = differential("utf8_lengths", b"".join(encoded), offsets)
+    except ValueError as exc:
+        row = int(str(exc).split("string ")[1].split(" ")[0])
+        with pytest.raises(UnicodeDecodeError):
+            encoded[row].decode("utf-8")
+        return
+    assert counts.tolist() == [len(e.decode("utf-8")) for e in encoded]
