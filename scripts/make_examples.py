@@ -38,7 +38,8 @@ def main() -> None:
     plan = {"fragments": [
         {"id": "system", "kind": "system", "text": SYSTEM},
         {"id": "authorization", "kind": "authorization", "text": AUTHORIZATION},
-        {"id": "evidence", "kind": "evidence", "text": EVIDENCE, "metadata": {"source": "orders-db"}},
+        {"id": "evidence", "kind": "evidence", "text": EVIDENCE,
+         "metadata": {"source": "orders-db"}},
         {"id": "history", "kind": "history", "messages": history},
         {"id": "question", "kind": "question", "text": QUESTION},
     ]}

@@ -4,6 +4,7 @@ LangChain has no notion of Anthropic tool-result carriers, which are human messa
 
 from __future__ import annotations
 
+import langchain_core.messages as lc_messages
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -13,8 +14,6 @@ from contextpolicy import _kernel as kernel
 from contextpolicy.synthetic import make_history
 
 from .strategies import text
-
-import langchain_core.messages as lc_messages  # noqa: E402  (a test extra: never skipped)
 
 
 @st.composite

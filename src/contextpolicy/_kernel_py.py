@@ -293,7 +293,8 @@ def _call_ids(message: dict[str, Any]) -> list[str]:
     if isinstance(content, list):
         ids += [
             p["id"] for p in content
-            if isinstance(p, dict) and p.get("type") == TOOL_USE_PART and isinstance(p.get("id"), str)
+            if isinstance(p, dict) and p.get("type") == TOOL_USE_PART
+            and isinstance(p.get("id"), str)
         ]
     return ids
 

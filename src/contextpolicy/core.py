@@ -216,7 +216,9 @@ class _Run:
         self.cancel = cancel
         self.on_step_error = on_step_error
 
-    def _check_policy(self, policy: Any, is_async: bool) -> ValidatePolicy | ReducePolicy | AuditPolicy:
+    def _check_policy(
+        self, policy: Any, is_async: bool
+    ) -> ValidatePolicy | ReducePolicy | AuditPolicy:
         for hid, handler in self.handlers.items():
             if not callable(handler):
                 raise ContextPolicyError(
@@ -224,7 +226,7 @@ class _Run:
                     path=f"handlers.{hid}", code="handler-not-callable",
                 )
         refs = _fragment_refs(self.plan.fragments)
-        if isinstance(policy, Mapping) and policy.get("mode") == "audit" or isinstance(
+        if (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
             policy, AuditPolicy
         ):
             # An audit names fragments of the original too (a removed one, say); protection is
@@ -292,7 +294,7 @@ class _Run:
         if self.custom:
             # Figures are measured, never taken from an implementation: only fragments the core
             # measured itself are reused.
-            known = {id(f): m for f, m in zip(plan.fragments, measures_before)}
+            known = {id(f): m for f, m in zip(plan.fragments, measures_before, strict=True)}
             measures_after = [
                 known[id(f)] if id(f) in known else measure_fragment(f, self.counter)
                 for f in outcome.fragments
@@ -340,10 +342,10 @@ class _Run:
         measures_after: list[FragmentMeasure],
     ) -> ContextReport:
         policy = self.policy
-        after_by_id = dict(zip((f.id for f in outcome.fragments), measures_after))
+        after_by_id = dict(zip((f.id for f in outcome.fragments), measures_after, strict=True))
         out_by_id = {f.id: f for f in outcome.fragments}
         fragments = []
-        for f, m in zip(plan.fragments, measures_before):
+        for f, m in zip(plan.fragments, measures_before, strict=True):
             a = after_by_id.get(f.id)
             fragments.append(FragmentUsage(
                 id=f.id, kind=f.kind, protected=f.is_protected,
@@ -353,7 +355,7 @@ class _Run:
                 changed=out_by_id.get(f.id) is not f,
             ))
         warnings = []
-        for f, m in zip(outcome.fragments, measures_after):
+        for f, m in zip(outcome.fragments, measures_after, strict=True):
             if f.messages is None or m.flags is None:
                 continue
             for index, code, cid in _kernel.tool_pairing(f.messages, m.flags):
@@ -548,7 +550,10 @@ def check_input_budget(
             "max_tokens needs a token counter (pass counter=...); tokens are never guessed",
             path="max_tokens", code="tokens-without-counter",
         )
-    messages = result_or_input.input if isinstance(result_or_input, ContextResult) else result_or_input
+    if isinstance(result_or_input, ContextResult):
+        messages = result_or_input.input
+    else:
+        messages = result_or_input
     if not isinstance(messages, list):
         messages = list(messages)
     m = measure_messages(messages, tc)  # type: ignore[arg-type]

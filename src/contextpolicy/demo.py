@@ -20,7 +20,8 @@ __all__ = ["example", "main"]
 
 def example(name: str) -> Any:
     """A JSON document of the shipped example corpus (``plan.json``, ``policy-reduce.json``...)."""
-    return json.loads(resources.files("contextpolicy").joinpath("examples", name).read_text("utf-8"))
+    path = resources.files("contextpolicy").joinpath("examples", name)
+    return json.loads(path.read_text("utf-8"))
 
 
 def _usage_line(label: str, usage: Any) -> str:
@@ -46,7 +47,8 @@ def _print_report(title: str, report: ContextReport) -> None:
     if report.audit is not None:
         for c in report.audit.changes:
             verdict = "allowed" if c.allowed else "NOT ALLOWED"
-            print(f"  audit {c.fragment_id!r}: {c.change} {c.fields or ''} -> {verdict} ({c.reason})")
+            fields = f" {c.fields}" if c.fields else ""
+            print(f"  audit {c.fragment_id!r}: {c.change}{fields} -> {verdict} ({c.reason})")
 
 
 def main(argv: list[str] | None = None) -> int:

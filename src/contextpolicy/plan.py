@@ -235,14 +235,15 @@ def _plan_issue(error: Mapping[str, Any], data: Any) -> Issue:
             if isinstance(node, list) and 0 <= key < len(node):
                 node = node[key]
                 fid = node.get("id") if isinstance(node, Mapping) else None
-                if isinstance(fid, str) and fid.strip() and parts and parts[-1] in ("fragments", "original"):
+                named = parts and parts[-1] in ("fragments", "original")
+                if isinstance(fid, str) and fid.strip() and named:
                     label = fid
             else:
                 node = None
             parts[-1] = f"{parts[-1]}[{label}]" if parts else f"[{label}]"
         else:
             parts.append(to_camel(str(key)) if str(key) != "id" else "id")
-            node = node.get(key, node.get(to_camel(str(key)))) if isinstance(node, Mapping) else None
+            node = node.get(key) if isinstance(node, Mapping) else None
         i += 1
     etype = error["type"]
     code = _PLAN_CODES.get(etype, "invalid")

@@ -115,7 +115,9 @@ class ReducePolicy(_Model):
     @property
     def watermark_chars(self) -> int | None:
         """The chars level reduction aims for: the target, or the trigger when no target."""
-        return self.target_input_chars if self.target_input_chars is not None else self.trigger_chars
+        if self.target_input_chars is not None:
+            return self.target_input_chars
+        return self.trigger_chars
 
     @property
     def watermark_tokens(self) -> int | None:
@@ -301,7 +303,8 @@ def _cross_field_issues(data: Mapping[str, Any], mode: str) -> list[Issue]:
                 if isinstance(sid, str) and sid:
                     if sid in seen:
                         issues.append(Issue(
-                            f"steps[{i}].id", f"duplicate step id {sid!r} (first at steps[{seen[sid]}])",
+                            f"steps[{i}].id",
+                            f"duplicate step id {sid!r} (first at steps[{seen[sid]}])",
                             "duplicate-step-id",
                         ))
                     else:
@@ -313,7 +316,8 @@ def _cross_field_issues(data: Mapping[str, Any], mode: str) -> list[Issue]:
             for i, fid in enumerate(ids):
                 if isinstance(fid, str) and fid in seen_ids:
                     issues.append(Issue(
-                        f"mutableFragmentIds[{i}]", f"duplicate fragment id {fid!r}", "duplicate-id",
+                        f"mutableFragmentIds[{i}]", f"duplicate fragment id {fid!r}",
+                        "duplicate-id",
                     ))
                 if isinstance(fid, str):
                     seen_ids.add(fid)

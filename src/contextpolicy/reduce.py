@@ -30,7 +30,8 @@ def triggered(policy: ReducePolicy, chars: int, tokens: int | None) -> bool:
     """Usage is strictly above a configured trigger."""
     if policy.trigger_chars is not None and chars > policy.trigger_chars:
         return True
-    return policy.trigger_tokens is not None and tokens is not None and tokens > policy.trigger_tokens
+    limit = policy.trigger_tokens
+    return limit is not None and tokens is not None and tokens > limit
 
 
 def targets_met(policy: ReducePolicy, chars: int, tokens: int | None) -> bool:

@@ -113,7 +113,8 @@ def _turn(rng: _Rand, text: _Text, turn: int, out: list[dict[str, Any]]) -> None
                 "function": {"name": tool, "arguments": json.dumps(args)},
             }]})
             out.append({"role": "tool", "tool_call_id": call_id, "content": result})
-    out.append({"role": "assistant", "content": text.take(rng, _length(rng, 400), _script_kind(rng))})
+    answer = text.take(rng, _length(rng, 400), _script_kind(rng))
+    out.append({"role": "assistant", "content": answer})
     if rng.random() < 0.02:
         out.append({"role": "user", "content": [
             {"type": "text", "text": "see attached"},
@@ -135,7 +136,9 @@ def make_history(n_messages: int, seed: int = 0) -> list[dict[str, Any]]:
     return out
 
 
-def make_transcript(n_messages: int, seed: int = 0, system: str | None = None) -> list[dict[str, Any]]:
+def make_transcript(
+    n_messages: int, seed: int = 0, system: str | None = None
+) -> list[dict[str, Any]]:
     """A full transcript: a system prompt, ``n_messages`` of history and a final question."""
     rng = _Rand(seed + 1)
     text = _Text(rng.rng)
