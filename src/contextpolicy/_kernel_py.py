@@ -376,7 +376,7 @@ def utf8_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
     buf = np.frombuffer(data, dtype=np.uint8)
     offsets = np.asarray(offsets)
     _check_offsets(offsets, len(buf), "utf8_lengths")
-    raw = memoryview(buf)
+    raw = memoryview(buf.tobytes()) if not buf.flags.c_contiguous else memoryview(buf.data)
     bounds = offsets.tolist()
     out = np.zeros(len(bounds) - 1, dtype=np.int64)
     for r in range(len(bounds) - 1):

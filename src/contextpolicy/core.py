@@ -551,12 +551,11 @@ def check_input_budget(
             path="max_tokens", code="tokens-without-counter",
         )
     if isinstance(result_or_input, ContextResult):
-        messages = result_or_input.input
+        source: Sequence[Any] = result_or_input.input
     else:
-        messages = result_or_input
-    if not isinstance(messages, list):
-        messages = list(messages)
-    m = measure_messages(messages, tc)  # type: ignore[arg-type]
+        source = result_or_input
+    messages: list[dict[str, Any]] = source if isinstance(source, list) else list(source)
+    m = measure_messages(messages, tc)
     usage = Usage(chars=m.chars, tokens=m.tokens, messages=m.messages, fragments=0,
                   opaque_parts=m.opaque_parts)
     if max_chars is not None and usage.chars > max_chars:

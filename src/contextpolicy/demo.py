@@ -34,7 +34,7 @@ def _print_report(title: str, report: ContextReport) -> None:
     print(f"\n== {title} (mode {report.mode}, kernel {report.kernel})")
     print(_usage_line("before", report.before))
     print(_usage_line("after", report.after))
-    if report.mode == "reduce":
+    if report.mode == "reduce" and report.trigger and report.target:
         print(f"  triggered {report.triggered} (above {report.trigger.chars} chars), "
               f"target {report.target.chars} chars reached: {report.target_reached}")
     for step in report.steps:

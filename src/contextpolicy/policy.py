@@ -143,7 +143,7 @@ _MODES: dict[str, type[_Model]] = {
     "reduce": ReducePolicy,
     "audit": AuditPolicy,
 }
-_STEP_KINDS = {"trim": TrimStep, "compress": CompressStep}
+_STEP_KINDS: dict[str, type[BaseModel]] = {"trim": TrimStep, "compress": CompressStep}
 
 # ---------------------------------------------------------------------------------------------
 # Issues

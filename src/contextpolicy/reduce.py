@@ -107,7 +107,7 @@ def _trim(
     ngroups = len(group_chars)
     first = int(_kernel.trim_cut(group_chars, step.keep_groups, step.target_chars))
     cut = int(offsets[first])
-    common = dict(
+    common: dict[str, Any] = dict(
         id=step.id, kind="trim", fragment_id=step.fragment_id, target_chars=step.target_chars,
         chars_before=before.chars, tokens_before=before.tokens, groups_before=ngroups,
     )
@@ -132,7 +132,7 @@ def _trim(
 def _compress(
     ctx: PolicyContext, step: CompressStep, fragment: Fragment, before: FragmentMeasure
 ) -> Generator[HandlerCall, HandlerReply, tuple[Fragment, FragmentMeasure, StepReport]]:
-    common = dict(
+    common: dict[str, Any] = dict(
         id=step.id, kind="compress", fragment_id=step.fragment_id, handler_id=step.handler_id,
         target_chars=step.target_chars, chars_before=before.chars, tokens_before=before.tokens,
     )
