@@ -20,7 +20,7 @@ __all__ = ["example", "main"]
 
 def example(name: str) -> Any:
     """A JSON document of the shipped example corpus (``plan.json``, ``policy-reduce.json``...)."""
-    path = resources.files("contextpolicy").joinpath("examples", name)
+    path = resources.files("contextpolicy").joinpath("examples").joinpath(name)
     return json.loads(path.read_text("utf-8"))
 
 
