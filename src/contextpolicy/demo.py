@@ -81,4 +81,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    try:
+        raise SystemExit(main())
+    except BrokenPipeError:  # piped into `head`: stop quietly
+        sys.stderr.close()
+        raise SystemExit(0) from None
