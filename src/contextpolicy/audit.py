@@ -135,7 +135,7 @@ def audit(ctx: PolicyContext) -> PolicyOutcome:
         chars_of=lambda f: ctx.measure(f).chars,
     )
     for change in changes:
-        ctx.emit("audit.change", change=change.to_json_dict())
+        ctx.emit("audit.change", change=change)
     violations = sum(not c.allowed for c in changes)
     report = AuditReport(
         mutable_fragment_ids=list(policy.mutable_fragment_ids), changes=changes,

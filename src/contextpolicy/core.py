@@ -46,6 +46,7 @@ from .reduce import reduce as default_reduce
 from .reduce import targets_met
 from .report import (
     ContextEvent,
+    _Report,
     ContextReport,
     ContextResult,
     FragmentUsage,
@@ -181,7 +182,7 @@ class _Run:
         on_step_error: str,
         implementations: Mapping[str, Implementation] | None,
         is_async: bool,
-        sink: Callable[[ContextEvent], None],
+        sink: Callable[[ContextEvent], None] | None,
     ) -> None:
         if on_step_error not in ("continue", "raise"):
             raise ContextPolicyError(
@@ -267,7 +268,11 @@ class _Run:
         return typed
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
-        self.sink(ContextEvent(event, data))
+        # Event payloads are JSON figures; they are only built when someone listens.
+        if self.sink is not None:
+            self.sink(ContextEvent(event, {
+                k: v.to_json_dict() if isinstance(v, _Report) else v for k, v in data.items()
+            }))
 
     def steps(self) -> Generator[Any, Any, ContextResult]:
         plan, policy = self.plan, self.policy
@@ -279,7 +284,7 @@ class _Run:
                                       "kernel": _kernel.IMPLEMENTATION})
         measures_before = [ctx.measure(f) for f in plan.fragments]
         before = _usage(measures_before)
-        self.emit("context.measured", {"usage": before.to_json_dict()})
+        self.emit("context.measured", {"usage": before})
         snapshot = None
         if self.custom:
             snapshot = {f.id: copy.deepcopy(f) for f in plan.fragments if f.is_protected}
@@ -304,12 +309,13 @@ class _Run:
         after = _usage(measures_after)
         report = self._report(plan, outcome, before, after, measures_before, measures_after)
         result = ContextResult(
-            plan=ContextPlan(fragments=outcome.fragments, original=plan.original),
+            plan=ContextPlan(
+                fragments=list(outcome.fragments), original=plan.original
+            ),
             input=assemble(outcome.fragments),
             report=report,
         )
-        self.emit("context.completed", {"before": before.to_json_dict(),
-                                        "after": after.to_json_dict(),
+        self.emit("context.completed", {"before": before, "after": after,
                                         "triggered": report.triggered,
                                         "targetReached": report.target_reached})
         if report.audit is not None and not report.audit.passed:
@@ -366,8 +372,12 @@ class _Run:
         trigger = target = None
         target_reached = None
         if isinstance(policy, ReducePolicy):
-            trigger = Watermark(chars=policy.trigger_chars, tokens=policy.trigger_tokens)
-            target = Watermark(chars=policy.watermark_chars, tokens=policy.watermark_tokens)
+            trigger = Watermark(
+                chars=policy.trigger_chars, tokens=policy.trigger_tokens
+            )
+            target = Watermark(
+                chars=policy.watermark_chars, tokens=policy.watermark_tokens
+            )
             target_reached = targets_met(policy, after.chars, after.tokens)
         return ContextReport(
             mode=policy.mode,
@@ -441,7 +451,7 @@ def process_context(
     run = _Run(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
         on_step_error=on_step_error, implementations=implementations, is_async=False,
-        sink=on_event or (lambda event: None),
+        sink=on_event,
     )
     gen = run.steps()
     reply: Any = None

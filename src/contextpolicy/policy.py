@@ -13,7 +13,7 @@ import difflib
 from collections.abc import Iterable, Mapping
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, TypeAdapter, ValidationError
 from pydantic.alias_generators import to_camel
 
 from .errors import ContextPolicyError, Issue
@@ -44,9 +44,21 @@ class _Model(BaseModel):
         populate_by_name=True,
     )
 
+    # Set on a policy that passed every field and cross-field check: its JSON document, so that
+    # processing the same typed policy again only repeats the reference checks.
+    _checked_document: dict[str, Any] | None = PrivateAttr(default=None)
+
     def to_json_dict(self) -> dict[str, Any]:
         """The JSON document (camelCase keys, unset options left out)."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal when the fields are: the private "already checked" cache is no part of a policy.
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = BaseModel.__hash__
 
 
 class Selection(_Model):
@@ -426,6 +438,12 @@ def _parse(
     handlers: set[str] | None = None,
 ) -> ValidatePolicy | ReducePolicy | AuditPolicy:
     if isinstance(policy, (ValidatePolicy, ReducePolicy, AuditPolicy)):
+        checked = policy._checked_document
+        if checked is not None:
+            issues = _reference_issues(checked, fragments, handlers)
+            if issues:
+                raise ContextPolicyError(issues)
+            return policy
         data: Any = policy.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(policy, Mapping):
         data = policy
@@ -456,6 +474,9 @@ def _parse(
     if issues:
         raise ContextPolicyError(_dedupe(issues))
     assert model is not None
+    if isinstance(policy, (ValidatePolicy, ReducePolicy, AuditPolicy)):
+        model = policy  # the caller's own typed policy, now known to be valid
+    model._checked_document = model.model_dump(by_alias=True, exclude_none=True)
     return model  # type: ignore[return-value]
 
 

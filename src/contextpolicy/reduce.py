@@ -64,7 +64,7 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
                 handler_id=step.handler_id if isinstance(step, CompressStep) else None,
             )
             steps.append(report)
-            ctx.emit("step.skipped", step=report.to_json_dict())
+            ctx.emit("step.skipped", step=report)
             continue
         ctx.check_cancel()
         i = position[step.fragment_id]
@@ -77,7 +77,7 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
             new, after, report = yield from _compress(ctx, step, fragment, before)
         steps.append(report)
         if report.status == "failed":
-            ctx.emit("step.failed", step=report.to_json_dict())
+            ctx.emit("step.failed", step=report)
             if ctx.on_step_error == "raise":
                 raise ContextStepError(report)
             continue
@@ -87,7 +87,7 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
             chars += after.chars - before.chars
             if tokens is not None:
                 tokens += (after.tokens or 0) - (before.tokens or 0)
-        ctx.emit("step.completed", step=report.to_json_dict(), chars=chars, tokens=tokens)
+        ctx.emit("step.completed", step=report, chars=chars, tokens=tokens)
     return PolicyOutcome(fragments=fragments, steps=steps, triggered=fired)
 
 
