@@ -46,13 +46,13 @@ from .reduce import reduce as default_reduce
 from .reduce import targets_met
 from .report import (
     ContextEvent,
-    _Report,
     ContextReport,
     ContextResult,
     FragmentUsage,
     PlanWarning,
     Usage,
     Watermark,
+    _Report,
 )
 from .support import (
     CancelLike,

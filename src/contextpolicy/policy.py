@@ -440,9 +440,9 @@ def _parse(
     if isinstance(policy, (ValidatePolicy, ReducePolicy, AuditPolicy)):
         checked = policy._checked_document
         if checked is not None:
-            issues = _reference_issues(checked, fragments, handlers)
-            if issues:
-                raise ContextPolicyError(issues)
+            problems = _reference_issues(checked, fragments, handlers)
+            if problems:
+                raise ContextPolicyError(problems)
             return policy
         data: Any = policy.model_dump(by_alias=True, exclude_none=True)
     elif isinstance(policy, Mapping):
