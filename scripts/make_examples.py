@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from contextpolicy.synthetic import make_history
+import numpy as np
+
+from contextpolicy.synthetic import make_history, make_transcript
 
 OUT = Path(__file__).resolve().parent.parent / "src" / "contextpolicy" / "examples"
 
@@ -58,6 +60,17 @@ def main() -> None:
     for name, doc in files.items():
         (OUT / name).write_text(json.dumps(doc, ensure_ascii=False, indent=1) + "\n", "utf-8")
         print(f"wrote {OUT / name}")
+    # The corpus `contextpolicy reduce` runs on when given no input: one support transcript
+    # a line, of 8 to 120 messages.
+    rng = np.random.default_rng(2026)
+    lines = []
+    for i in range(30):
+        n = int(rng.integers(8, 120))
+        messages = make_transcript(n, seed=1000 + i, system=SYSTEM)
+        lines.append(json.dumps({"id": f"ticket-{40000 + i}", "messages": messages},
+                                ensure_ascii=False))
+    (OUT / "transcripts.jsonl").write_text("\n".join(lines) + "\n", "utf-8")
+    print(f"wrote {OUT / 'transcripts.jsonl'}")
 
 
 if __name__ == "__main__":

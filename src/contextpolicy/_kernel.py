@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import platform
+from types import ModuleType
 from typing import TYPE_CHECKING
 
 PURE_REQUESTED = os.environ.get("CONTEXTPOLICY_PURE_PYTHON", "").strip().lower() not in (
@@ -36,6 +37,22 @@ tool_pairing = _impl.tool_pairing
 trim_cut = _impl.trim_cut
 trim_cut_many = _impl.trim_cut_many
 utf8_lengths = _impl.utf8_lengths
+
+
+def available_kernels() -> dict[str, ModuleType]:
+    """Every kernel that imports here, by implementation name (for benchmarks)."""
+    from . import _kernel_py
+
+    found: dict[str, ModuleType] = {}
+    if platform.python_implementation() == "CPython":
+        try:
+            from . import _kernel_c  # type: ignore[attr-defined]
+
+            found[_kernel_c.IMPLEMENTATION] = _kernel_c
+        except ImportError:
+            pass
+    found[_kernel_py.IMPLEMENTATION] = _kernel_py
+    return found
 
 
 def kernel_info() -> dict[str, object]:

@@ -1,0 +1,475 @@
+"""The ``contextpolicy`` command line: validate, reduce, audit, schema, bench.
+
+Exit status: 0 success; 1 a policy that does not validate or an audit violation; 2 bad input
+(a file that cannot be read, a line that is not a conversation, an invalid policy); 130 when
+interrupted. Errors name the file and line and say what was expected.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from importlib import resources
+from pathlib import Path
+from typing import Any, NoReturn
+
+from . import __version__
+
+__all__ = ["main"]
+
+EXAMPLE_CORPUS = "transcripts.jsonl"
+EXAMPLE_POLICY = "policy-reduce.json"
+
+
+class CliError(Exception):
+    """A problem with the command's input: printed as one message, exit status ``code``."""
+
+    def __init__(self, message: str, code: int = 2) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _stderr() -> Any:
+    from rich.console import Console
+
+    return Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+def _load_json(path: str, what: str) -> Any:
+    import orjson
+
+    try:
+        data = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
+    except OSError as exc:
+        raise CliError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise CliError(f"{path}: the {what} is not valid JSON ({exc})") from None
+
+
+def _example(name: str) -> Path:
+    return Path(str(resources.files("contextpolicy").joinpath("examples").joinpath(name)))
+
+
+def _load_policy(path: str) -> Any:
+    from .errors import ContextPolicyError
+    from .policy import validate_context_policy
+
+    doc = _load_json(path, "policy")
+    try:
+        validate_context_policy(doc)
+    except ContextPolicyError as exc:
+        lines = [f"{path}: invalid policy ({len(exc.issues)} problem(s)):"]
+        lines += [f"  {issue}" for issue in exc.issues]
+        raise CliError("\n".join(lines)) from None
+    return doc
+
+
+# ---------------------------------------------------------------------------------------------
+# validate
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    from .errors import ContextPlanError, ContextPolicyError
+    from .plan import as_plan
+    from .policy import validate_context_policy
+
+    doc = _load_json(args.policy, "policy")
+    fragments: list[Any] = []
+    if args.plan:
+        try:
+            fragments = list(as_plan(_load_json(args.plan, "plan")).fragments)
+        except ContextPlanError as exc:
+            raise CliError(f"{args.plan}: {exc}") from None
+    try:
+        typed = validate_context_policy(doc, fragments, args.handler or ())
+    except ContextPolicyError as exc:
+        print(f"{args.policy}: invalid ({len(exc.issues)} problem(s))")
+        for issue in exc.issues:
+            print(f"  {issue}")
+        return 1
+    what = f"a valid {typed.mode} policy"
+    if typed.mode == "reduce":
+        what += f" ({len(typed.steps)} step{'s' if len(typed.steps) != 1 else ''})"  # type: ignore[union-attr]
+    checked = []
+    if args.plan:
+        checked.append(f"references checked against {args.plan}")
+    if args.handler:
+        checked.append(f"handlers {', '.join(args.handler)}")
+    print(f"ok: {args.policy} is {what}" + (f"; {'; '.join(checked)}" if checked else ""))
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce
+
+
+def _summary_table(summary: dict[str, Any], title: str) -> Any:
+    from rich.table import Table
+
+    table = Table(title=title, show_header=False, title_justify="left")
+    table.add_column("figure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("conversations", f"{summary['conversations']:,}"),
+        ("skipped lines", f"{summary['skipped']:,}"),
+        ("triggered", f"{summary['triggered']:,}"),
+        ("target reached", f"{summary['targetReached']:,}"),
+        ("chars before", f"{summary['charsBefore']:,}"),
+        ("chars after", f"{summary['charsAfter']:,}"),
+        ("messages before", f"{summary['messagesBefore']:,}"),
+        ("messages after", f"{summary['messagesAfter']:,}"),
+        ("messages removed", f"{summary['messagesRemoved']:,}"),
+        ("groups removed", f"{summary['groupsRemoved']:,}"),
+    ]
+    if summary["auditViolations"]:
+        rows.append(("audit violations", f"{summary['auditViolations']:,}"))
+    for code, count in summary["warnings"].items():
+        rows.append((f"warnings: {code}", f"{count:,}"))
+    rows += [
+        ("input", f"{summary['bytesIn'] / 1e6:,.1f} MB in {summary['seconds']:.2f} s"),
+        ("throughput", f"{summary['megabytesPerSecond']:,.1f} MB/s, "
+                       f"{summary['conversationsPerSecond']:,.0f} conversations/s"),
+    ]
+    for row in rows:
+        table.add_row(*row)
+    return table
+
+
+def cmd_reduce(args: argparse.Namespace) -> int:
+    from .jsonl import AtomicOutput, InputFile, batched_lines
+    from .runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines
+
+    console = _stderr()
+    example = args.input is None and args.policy is None
+    if example:
+        input_path, policy_path = str(_example(EXAMPLE_CORPUS)), str(_example(EXAMPLE_POLICY))
+        console.print(
+            "contextpolicy: no input and no policy given: running the example corpus shipped "
+            f"in the package ({EXAMPLE_CORPUS}) with the seed's reduce policy ({EXAMPLE_POLICY})."
+            + ("" if args.output else " Add -o OUT.jsonl to keep the reduced conversations.")
+        )
+    else:
+        if args.policy is None:
+            raise CliError(
+                "--policy POLICY.json is required (give neither INPUT nor --policy to run the "
+                "example corpus shipped in the package)"
+            )
+        input_path, policy_path = args.input or "-", args.policy
+    if args.jobs < 1:
+        raise CliError(f"--jobs: expected a number >= 1, got {args.jobs}")
+    policy = _load_policy(policy_path)
+    summary = Summary()
+    started = time.perf_counter()
+    try:
+        source = InputFile(input_path)
+    except FileNotFoundError as exc:
+        raise CliError(str(exc)) from None
+    if example:
+        source.name = f"example corpus ({EXAMPLE_CORPUS})"
+    show_progress = console.is_terminal and not args.quiet
+    with source, AtomicOutput(args.output, discard=example and not args.output) as out, \
+            _ReportFile(args.report) as report:
+        progress = _Progress(console, source) if show_progress else None
+        batches = batched_lines(source.lines(), BATCH_LINES, BATCH_BYTES)
+        try:
+            for result in process_lines(
+                batches, policy, jobs=args.jobs, with_reports=report.enabled,
+                on_batch=progress.update if progress else None,
+            ):
+                if result.error is not None:
+                    where = f"{source.name}:{result.line}"
+                    if args.on_error == "fail":
+                        raise CliError(f"{where}: {result.error}")
+                    console.print(f"contextpolicy: skipped {where}: {result.error}",
+                                  markup=False)
+                summary.add(result)
+                if result.output is not None:
+                    out.write(result.output)
+                if result.report is not None:
+                    report.add(result.report)
+        finally:
+            if progress:
+                progress.stop()
+        summary.bytes_in = source.position
+        summary.seconds = time.perf_counter() - started
+        data = summary.to_json_dict()
+        out.commit()
+        report.commit(data)
+    if not args.quiet:
+        console.print(_summary_table(data, f"contextpolicy reduce: {source.name}"))
+        if args.output:
+            console.print(f"wrote {args.output}" + (f" and {args.report}" if args.report else ""))
+        elif args.report:
+            console.print(f"wrote {args.report}")
+    return 1 if summary.audit_violations else 0
+
+
+class _Progress:
+    """A progress bar over the input's bytes (on a terminal only)."""
+
+    def __init__(self, console: Any, source: Any) -> None:
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.source = source
+        self.progress = Progress(
+            "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
+            TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
+        )
+        self.task = self.progress.add_task("reducing", total=source.size)
+        self.progress.start()
+
+    def update(self) -> None:
+        self.progress.update(self.task, completed=self.source.position)
+
+    def stop(self) -> None:
+        self.progress.stop()
+
+
+class _ReportFile:
+    """The per-conversation reports and the summary, streamed into one JSON document."""
+
+    def __init__(self, path: str | None) -> None:
+        from .jsonl import AtomicOutput
+
+        self.enabled = path is not None
+        self.out = AtomicOutput(path) if path is not None else None
+        self.first = True
+
+    def __enter__(self) -> _ReportFile:
+        if self.out is not None:
+            self.out.__enter__()
+            self.out.write(b'{"conversations":[\n')
+        return self
+
+    def add(self, entry: bytes) -> None:
+        assert self.out is not None
+        self.out.write(entry if self.first else b",\n" + entry)
+        self.first = False
+
+    def commit(self, summary: dict[str, Any]) -> None:
+        import orjson
+
+        if self.out is not None:
+            self.out.write(b'\n],"summary":' + orjson.dumps(summary) + b"}\n")
+            self.out.commit()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.out is not None:
+            self.out.__exit__(*exc)
+
+
+# ---------------------------------------------------------------------------------------------
+# audit
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    import orjson
+    from rich.console import Console
+    from rich.table import Table
+
+    from .core import process_context
+    from .errors import ContextAuditError, ContextPlanError, ContextPolicyError
+    from .plan import as_plan
+
+    policy = _load_policy(args.policy)
+    if policy.get("mode") != "audit":
+        raise CliError(f"{args.policy}: expected an audit policy, got mode {policy.get('mode')!r}")
+    try:
+        plan = as_plan(_load_json(args.plan, "plan"))
+        result = process_context(plan, policy)
+        report, passed = result.report, True
+    except ContextAuditError as exc:
+        report, passed = exc.report, False
+    except ContextPlanError as exc:
+        raise CliError(f"{args.plan}: {exc}") from None
+    except ContextPolicyError as exc:
+        raise CliError(f"{args.policy}: {exc}") from None
+    assert report.audit is not None
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(report.model_dump(by_alias=True, mode="json"),
+                                             option=orjson.OPT_INDENT_2) + b"\n")
+        return 0 if passed else 1
+    console = Console(highlight=False, soft_wrap=True)
+    table = Table(title=f"audit of {args.plan} (mutable: "
+                  f"{', '.join(report.audit.mutable_fragment_ids) or 'none'})",
+                  title_justify="left")
+    for column in ("fragment", "change", "fields", "chars before", "chars after", "allowed",
+                   "reason"):
+        table.add_column(column, justify="right" if column.startswith("chars") else "left")
+    for c in report.audit.changes:
+        table.add_row(
+            c.fragment_id, c.change, ", ".join(c.fields),
+            "" if c.chars_before is None else f"{c.chars_before:,}",
+            "" if c.chars_after is None else f"{c.chars_after:,}",
+            "yes" if c.allowed else "NO", c.reason,
+        )
+    if report.audit.changes:
+        console.print(table)
+    verdict = ("passed: every change is inside the mutable range" if passed else
+               f"failed: {report.audit.violations} disallowed change(s)")
+    console.print(f"{len(report.audit.changes)} change(s); audit {verdict}")
+    return 0 if passed else 1
+
+
+# ---------------------------------------------------------------------------------------------
+# schema
+
+
+def cmd_schema(args: argparse.Namespace) -> int:
+    import orjson
+
+    schema = json_schema(args.what)
+    sys.stdout.buffer.write(orjson.dumps(schema, option=orjson.OPT_INDENT_2) + b"\n")
+    return 0
+
+
+def json_schema(what: str) -> dict[str, Any]:
+    """The JSON Schema of a policy, a plan or a report (camelCase keys)."""
+    from pydantic import TypeAdapter
+
+    from .plan import ContextPlan
+    from .policy import ContextPolicy
+    from .report import ContextReport
+
+    if what == "policy":
+        schema = TypeAdapter(ContextPolicy).json_schema(by_alias=True)
+        schema["title"] = "ContextPolicy"
+    elif what == "plan":
+        schema = ContextPlan.model_json_schema(by_alias=True)
+    else:
+        schema = ContextReport.model_json_schema(by_alias=True, mode="serialization")
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    return schema
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
+def _parser() -> argparse.ArgumentParser:
+    fmt = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(
+        prog="contextpolicy",
+        description="Validate, reduce and audit what an LLM agent sends to its model.",
+        epilog="Run `contextpolicy reduce` with no arguments to try it on the example corpus.",
+        formatter_class=fmt,
+    )
+    parser.add_argument("--version", action="version", version=f"contextpolicy {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
+                                parser_class=_Parser)
+
+    p = sub.add_parser(
+        "validate", help="check a policy (and its references to a plan and handlers)",
+        formatter_class=fmt, description="Check a policy file: every problem at once, each "
+        "with its JSON path. Exit 0 when valid, 1 when not, 2 when a file cannot be read.",
+        epilog="example:\n"
+        "  contextpolicy validate policy.json --plan plan.json --handler summarise",
+    )
+    p.add_argument("policy", metavar="POLICY.json")
+    p.add_argument("--plan", metavar="PLAN.json",
+                   help="check fragmentId/mutableFragmentIds against this plan's fragments")
+    p.add_argument("--handler", action="append", metavar="ID",
+                   help="a registered compress handler id (repeatable)")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser(
+        "reduce", help="apply a policy to every conversation of a JSONL file",
+        formatter_class=fmt,
+        description="Apply a policy to every line of a JSONL file: a transcript "
+        '{"id", "messages"} or a plan {"fragments"}. Output lines keep the input\'s shape and '
+        "order; a summary table goes to stderr. Output files are written to a temporary file "
+        "and renamed, so a failed run leaves no half file.",
+        epilog="examples:\n"
+        "  contextpolicy reduce                      # the example corpus shipped in the package\n"
+        "  contextpolicy reduce chats.jsonl.gz --policy policy.json -o reduced.jsonl \\\n"
+        "      --report report.json --jobs 2\n"
+        "  cat chats.jsonl | contextpolicy reduce - --policy policy.json > reduced.jsonl",
+    )
+    p.add_argument("input", nargs="?", metavar="INPUT.jsonl",
+                   help="JSONL file (.gz too), or - for standard input")
+    p.add_argument("--policy", metavar="POLICY.json", help="the policy to apply")
+    p.add_argument("-o", "--output", metavar="OUT.jsonl", help="write here (default: stdout)")
+    p.add_argument("--report", metavar="REPORT.json",
+                   help="write every conversation's report and the summary here")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="worker processes (default 1); output order is kept")
+    p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
+                   help="a bad line stops the run (fail, default) or is counted and skipped")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
+    p.set_defaults(func=cmd_reduce)
+
+    p = sub.add_parser(
+        "audit", help="check an App's edits of a plan against an audit policy",
+        formatter_class=fmt,
+        description="Compare a plan's fragments with its original fragments. Exit 1 when a "
+        "change falls outside the mutable range.",
+        epilog="example:\n  contextpolicy audit plan.json --policy audit-policy.json",
+    )
+    p.add_argument("plan", metavar="PLAN.json")
+    p.add_argument("--policy", required=True, metavar="POLICY.json")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.set_defaults(func=cmd_audit)
+
+    p = sub.add_parser(
+        "schema", help="print the JSON Schema of a policy, a plan or a report",
+        formatter_class=fmt, epilog="example:\n  contextpolicy schema policy > policy.schema.json",
+    )
+    p.add_argument("what", choices=("policy", "plan", "report"))
+    p.set_defaults(func=cmd_schema)
+
+    p = sub.add_parser(
+        "bench", help="benchmark the reduction: compiled kernel vs pure twin (vs LangChain)",
+        formatter_class=fmt,
+        description="Time measure + group + cut and the whole process_context pipeline on "
+        "seeded histories (or --input), for the compiled kernel and the pure twin, and "
+        "LangChain's trim_messages when it is installed. Ratios are the claim.",
+        epilog="example:\n  contextpolicy bench --sizes 10000,100000 --plot bench.png",
+    )
+    p.add_argument("--sizes", default="1000,10000,100000", metavar="N,N,...",
+                   help="history sizes in messages (default 1000,10000,100000)")
+    p.add_argument("--input", metavar="INPUT.jsonl",
+                   help="benchmark on the transcripts of this JSONL file instead")
+    p.add_argument("--repeat", type=int, default=5, metavar="N",
+                   help="timed runs per measurement; the fastest counts (default 5)")
+    p.add_argument("--no-langchain", action="store_true", help="leave LangChain out")
+    p.add_argument("--json", action="store_true", help="print the results as JSON")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw time per message against history size (needs matplotlib)")
+    p.set_defaults(func=_cmd_bench)
+    return parser
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import cmd_bench
+
+    return cmd_bench(args)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except CliError as exc:
+        print(f"contextpolicy {args.command}: error: {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        print(f"contextpolicy {args.command}: interrupted; no output file was written",
+              file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,252 @@
+"""Process JSONL conversations with one policy: the engine behind ``contextpolicy reduce``.
+
+Each line is a transcript (``{"id": ..., "messages": [...]}``, turned into a plan by
+``ContextPlan.from_messages``) or a plan (``{"fragments": [...]}``). The output line has the
+input's shape: the transcript's ``messages`` (or the plan's ``fragments``) replaced by the result,
+every other key kept. Lines go through worker processes in batches and come back in input order,
+so ``--jobs 2`` writes exactly the bytes ``--jobs 1`` does.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import sys
+from collections import Counter, deque
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
+
+from .core import process_context
+from .errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
+from .plan import ContextPlan, as_plan
+from .policy import validate_context_policy
+from .report import ContextReport
+
+__all__ = ["LineError", "LineResult", "Summary", "process_lines"]
+
+BATCH_LINES = 64
+BATCH_BYTES = 4 << 20
+
+
+@dataclass
+class LineResult:
+    """What one input line became."""
+
+    line: int
+    output: bytes | None = None
+    report: bytes | None = None
+    figures: dict[str, Any] | None = None
+    error: str | None = None
+    violation: bool = False
+
+
+class LineError(Exception):
+    """A line that cannot be processed; ``str()`` names the line and what was expected."""
+
+
+@dataclass
+class Summary:
+    """Totals over a run, all counted from the per-line reports."""
+
+    conversations: int = 0
+    skipped: int = 0
+    triggered: int = 0
+    target_reached: int = 0
+    audit_violations: int = 0
+    chars_before: int = 0
+    chars_after: int = 0
+    messages_before: int = 0
+    messages_after: int = 0
+    messages_removed: int = 0
+    groups_removed: int = 0
+    bytes_in: int = 0
+    seconds: float = 0.0
+    warnings: Counter[str] = field(default_factory=Counter)
+    skipped_lines: list[dict[str, Any]] = field(default_factory=list)
+
+    def add(self, result: LineResult) -> None:
+        if result.error is not None:
+            self.skipped += 1
+            self.skipped_lines.append({"line": result.line, "error": result.error})
+            return
+        f = result.figures or {}
+        self.conversations += 1
+        self.triggered += bool(f["triggered"])
+        self.target_reached += bool(f["targetReached"])
+        self.audit_violations += bool(result.violation)
+        self.chars_before += f["charsBefore"]
+        self.chars_after += f["charsAfter"]
+        self.messages_before += f["messagesBefore"]
+        self.messages_after += f["messagesAfter"]
+        self.messages_removed += f["messagesRemoved"]
+        self.groups_removed += f["groupsRemoved"]
+        self.warnings.update(f["warnings"])
+
+    def to_json_dict(self) -> dict[str, Any]:
+        seconds = max(self.seconds, 1e-9)
+        return {
+            "conversations": self.conversations,
+            "skipped": self.skipped,
+            "triggered": self.triggered,
+            "targetReached": self.target_reached,
+            "auditViolations": self.audit_violations,
+            "charsBefore": self.chars_before,
+            "charsAfter": self.chars_after,
+            "messagesBefore": self.messages_before,
+            "messagesAfter": self.messages_after,
+            "messagesRemoved": self.messages_removed,
+            "groupsRemoved": self.groups_removed,
+            "warnings": dict(sorted(self.warnings.items())),
+            "bytesIn": self.bytes_in,
+            "seconds": round(self.seconds, 6),
+            "megabytesPerSecond": round(self.bytes_in / seconds / 1e6, 3),
+            "conversationsPerSecond": round(self.conversations / seconds, 3),
+            "skippedLines": self.skipped_lines,
+        }
+
+
+def _figures(report: ContextReport) -> dict[str, Any]:
+    removed = sum(s.messages_removed for s in report.steps if s.status == "applied")
+    groups = sum(
+        (s.groups_before or 0) - (s.groups_after or 0)
+        for s in report.steps if s.status == "applied" and s.kind == "trim"
+    )
+    return {
+        "triggered": report.triggered,
+        "targetReached": bool(report.target_reached),
+        "charsBefore": report.before.chars,
+        "charsAfter": report.after.chars,
+        "messagesBefore": report.before.messages,
+        "messagesAfter": report.after.messages,
+        "messagesRemoved": removed,
+        "groupsRemoved": groups,
+        "warnings": Counter(w.code for w in report.warnings),
+    }
+
+
+class _Worker:
+    """Holds the validated policy; turns lines into results."""
+
+    def __init__(self, policy: dict[str, Any], with_reports: bool) -> None:
+        self.policy = validate_context_policy(policy)
+        self.with_reports = with_reports
+
+    def line(self, number: int, raw: bytes) -> LineResult:
+        try:
+            doc = orjson.loads(raw)
+        except orjson.JSONDecodeError as exc:
+            return LineResult(number, error=f"invalid JSON ({exc})")
+        try:
+            return self._process(number, doc)
+        except LineError as exc:
+            return LineResult(number, error=str(exc))
+        except (ContextPlanError, ContextPolicyError) as exc:
+            return LineResult(number, error=str(exc))
+        except ContextError as exc:
+            return LineResult(number, error=f"{type(exc).__name__}: {exc}")
+
+    def _process(self, number: int, doc: Any) -> LineResult:
+        if not isinstance(doc, dict):
+            raise LineError(
+                'expected a JSON object (a transcript {"id", "messages"} or a plan '
+                f'{{"fragments"}}), got {type(doc).__name__}'
+            )
+        if "fragments" in doc:
+            plan_doc = {k: doc[k] for k in ("fragments", "original") if k in doc}
+            plan = as_plan(plan_doc)
+            transcript = False
+        elif "messages" in doc:
+            plan = ContextPlan.from_messages(doc["messages"])
+            transcript = True
+        else:
+            keys = ", ".join(sorted(map(str, doc))) or "none"
+            raise LineError(
+                'expected a transcript {"id", "messages"} or a plan {"fragments"}; '
+                f"the object has keys: {keys}"
+            )
+        violation = False
+        try:
+            result = process_context(plan, self.policy)
+            report = result.report
+            out = dict(doc)
+            if transcript:
+                out["messages"] = result.input
+            else:
+                out["fragments"] = [
+                    f.model_dump(by_alias=True, exclude_none=True) for f in result.plan.fragments
+                ]
+        except ContextAuditError as exc:
+            report = exc.report
+            violation = True
+            out = doc
+        line = LineResult(
+            number, output=orjson.dumps(out) + b"\n", figures=_figures(report),
+            violation=violation,
+        )
+        if self.with_reports:
+            entry = {"line": number, "id": doc.get("id"),
+                     "report": report.model_dump(by_alias=True, mode="json")}
+            line.report = orjson.dumps(entry)
+        return line
+
+    def batch(self, batch: list[tuple[int, bytes]]) -> list[LineResult]:
+        return [self.line(number, raw) for number, raw in batch]
+
+
+_WORKER: _Worker | None = None
+
+
+def _init_worker(policy: dict[str, Any], with_reports: bool) -> None:
+    global _WORKER
+    _WORKER = _Worker(policy, with_reports)
+
+
+def _work(batch: list[tuple[int, bytes]]) -> list[LineResult]:
+    assert _WORKER is not None
+    return _WORKER.batch(batch)
+
+
+def _context() -> Any:
+    # fork starts workers in milliseconds where it is safe; elsewhere spawn.
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods and sys.platform == "linux"
+                                       else "spawn")
+
+
+def process_lines(
+    batches: Iterable[list[tuple[int, bytes]]],
+    policy: dict[str, Any],
+    *,
+    jobs: int = 1,
+    with_reports: bool = False,
+    on_batch: Callable[[], None] | None = None,
+) -> Iterator[LineResult]:
+    """Results for every line, in input order, computed by ``jobs`` processes."""
+    if jobs <= 1:
+        worker = _Worker(policy, with_reports)
+        for batch in batches:
+            yield from worker.batch(batch)
+            if on_batch is not None:
+                on_batch()
+        return
+    # At most a few batches per worker in flight: the input is read only as fast as it is
+    # processed, so memory stays flat however long the file is.
+    in_flight = jobs * 3
+    with _context().Pool(jobs, initializer=_init_worker, initargs=(policy, with_reports)) as pool:
+        pending: deque[Any] = deque()
+        try:
+            for batch in batches:
+                pending.append(pool.apply_async(_work, (batch,)))
+                while len(pending) >= in_flight:
+                    yield from pending.popleft().get()
+                    if on_batch is not None:
+                        on_batch()
+            while pending:
+                yield from pending.popleft().get()
+                if on_batch is not None:
+                    on_batch()
+        except BaseException:
+            pool.terminate()
+            raise

@@ -1,0 +1,373 @@
+"""End to end: the installed ``contextpolicy`` console script, run as a subprocess."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import jsonschema
+import pytest
+
+from contextpolicy import check_input_budget
+from contextpolicy.synthetic import make_transcript
+
+SCRIPT = Path(sys.executable).parent / ("contextpolicy.exe" if os.name == "nt" else "contextpolicy")
+EXAMPLES = Path(__file__).resolve().parent.parent / "src" / "contextpolicy" / "examples"
+SEED_POLICY = json.loads((EXAMPLES / "policy-reduce.json").read_text())
+
+
+def run(*args, stdin=None, cwd=None, timeout=120):
+    # The installed script, never a skip: a missing script is a failed install.
+    assert SCRIPT.exists(), f"the console script is not installed at {SCRIPT}"
+    return subprocess.run(
+        [str(SCRIPT), *map(str, args)], input=stdin, capture_output=True, cwd=cwd,
+        timeout=timeout,
+    )
+
+
+def write_corpus(path: Path, n: int, seed: int = 0, size=(8, 80)) -> list[dict]:
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(n):
+        messages = make_transcript(int(rng.integers(*size)), seed=seed * 1000 + i)
+        docs.append({"id": f"c{i}", "tenant": "acme", "messages": messages})
+    path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), "utf-8")
+    return docs
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "policy.json").write_text(json.dumps(SEED_POLICY))
+    return tmp_path
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+# ---------------------------------------------------------------------------------------------
+# help and the example run
+
+
+@pytest.mark.parametrize("command", ["validate", "reduce", "audit", "schema", "bench"])
+def test_every_subcommand_has_help_with_an_example(command):
+    result = run(command, "--help")
+    assert result.returncode == 0
+    assert b"example" in result.stdout
+
+
+def test_python_dash_m_runs_the_same_cli():
+    result = subprocess.run([sys.executable, "-m", "contextpolicy", "--version"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0 and result.stdout.startswith("contextpolicy ")
+
+
+def test_no_arguments_runs_the_shipped_example(tmp_path):
+    result = run("reduce", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    err = result.stderr.decode()
+    assert "running the example corpus shipped in the package" in err
+    assert "conversations" in err and "30" in err
+    assert result.stdout == b""  # nothing asked to be kept
+    assert list(tmp_path.iterdir()) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce
+
+
+def test_reduce_file_to_file_with_report(workdir):
+    docs = write_corpus(workdir / "in.jsonl", 12)
+    result = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
+                 "--report", "report.json", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    out = [json.loads(line) for line in (workdir / "out.jsonl").read_text().splitlines()]
+    assert [o["id"] for o in out] == [d["id"] for d in docs]
+    assert all(o["tenant"] == "acme" for o in out)  # other keys kept: same shape
+    report = json.loads((workdir / "report.json").read_text())
+    conversations, summary = report["conversations"], report["summary"]
+    assert [c["line"] for c in conversations] == list(range(1, 13))
+    for o, d, c in zip(out, docs, conversations):
+        assert o["messages"][0] == d["messages"][0] and o["messages"][-1] == d["messages"][-1]
+        assert c["report"]["after"]["chars"] == check_input_budget(o["messages"]).chars
+        assert c["report"]["before"]["chars"] == check_input_budget(d["messages"]).chars
+    assert summary["conversations"] == 12 and summary["skipped"] == 0
+    assert summary["charsBefore"] == sum(c["report"]["before"]["chars"] for c in conversations)
+    assert summary["charsAfter"] == sum(c["report"]["after"]["chars"] for c in conversations)
+    assert summary["messagesRemoved"] == sum(
+        d_len - o_len for d_len, o_len in
+        ((len(d["messages"]), len(o["messages"])) for d, o in zip(docs, out))
+    )
+    assert summary["bytesIn"] == (workdir / "in.jsonl").stat().st_size
+    assert leftovers(workdir) == []
+    err = result.stderr.decode()
+    assert "throughput" in err and "MB/s" in err
+
+
+def test_jobs_2_writes_exactly_what_jobs_1_writes(workdir):
+    write_corpus(workdir / "in.jsonl", 150, seed=3, size=(4, 60))
+    one = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "one.jsonl",
+              "--report", "one.json", "--jobs", "1", cwd=workdir)
+    two = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "two.jsonl",
+              "--report", "two.json", "--jobs", "2", cwd=workdir)
+    assert one.returncode == two.returncode == 0
+    assert (workdir / "one.jsonl").read_bytes() == (workdir / "two.jsonl").read_bytes()
+    r1 = json.loads((workdir / "one.json").read_text())
+    r2 = json.loads((workdir / "two.json").read_text())
+    assert r1["conversations"] == r2["conversations"]
+
+
+def test_stdin_to_stdout(workdir):
+    write_corpus(workdir / "in.jsonl", 5)
+    data = (workdir / "in.jsonl").read_bytes()
+    piped = run("reduce", "-", "--policy", "policy.json", "-q", stdin=data, cwd=workdir)
+    assert piped.returncode == 0 and piped.stderr == b""
+    filed = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl", cwd=workdir)
+    assert filed.returncode == 0
+    assert piped.stdout == (workdir / "out.jsonl").read_bytes()
+    implicit = run("reduce", "--policy", "policy.json", "-q", stdin=data, cwd=workdir)
+    assert implicit.stdout == piped.stdout
+
+
+def test_gzip_input(workdir):
+    write_corpus(workdir / "in.jsonl", 6)
+    with gzip.open(workdir / "in.jsonl.gz", "wb") as fh:
+        fh.write((workdir / "in.jsonl").read_bytes())
+    plain = run("reduce", "in.jsonl", "--policy", "policy.json", "-q", cwd=workdir)
+    packed = run("reduce", "in.jsonl.gz", "--policy", "policy.json", "-q", cwd=workdir)
+    assert packed.returncode == 0 and packed.stdout == plain.stdout and plain.stdout
+
+
+def test_plan_lines_keep_the_plan_shape(workdir):
+    plan = json.loads((EXAMPLES / "plan.json").read_text())
+    (workdir / "plans.jsonl").write_text(json.dumps({"id": "p1", **plan}) + "\n")
+    result = run("reduce", "plans.jsonl", "--policy", "policy.json", "-q", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    out = json.loads(result.stdout)
+    assert out["id"] == "p1"
+    assert [f["id"] for f in out["fragments"]] == [f["id"] for f in plan["fragments"]]
+    history = next(f for f in out["fragments"] if f["id"] == "history")
+    original = next(f for f in plan["fragments"] if f["id"] == "history")
+    assert history["messages"] == original["messages"][-len(history["messages"]):]
+    assert len(history["messages"]) < len(original["messages"])
+
+
+# ---------------------------------------------------------------------------------------------
+# error paths
+
+
+def corrupt(workdir: Path, bad_line: int, text: str, n: int = 6) -> None:
+    write_corpus(workdir / "in.jsonl", n)
+    lines = (workdir / "in.jsonl").read_text().splitlines()
+    lines[bad_line - 1] = text
+    (workdir / "in.jsonl").write_text("\n".join(lines) + "\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('{"id": "x", "messages": [', "in.jsonl:3: invalid JSON"),
+        ("[1, 2, 3]", "in.jsonl:3: expected a JSON object"),
+        ('{"id": "x", "turns": []}', "in.jsonl:3: expected a transcript {\"id\", \"messages\"} or a plan"),
+        ('{"id": "x", "messages": [{"content": "no role"}]}', "in.jsonl:3: invalid context plan: messages[0]"),
+        ('{"fragments": [{"id": "h", "kind": "chat", "text": "x"}]}', "in.jsonl:3: invalid context plan: fragments[h].kind"),
+    ],
+)
+def test_a_bad_line_stops_the_run_and_leaves_no_file(workdir, text, message):
+    corrupt(workdir, 3, text)
+    result = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
+                 "--report", "report.json", cwd=workdir)
+    assert result.returncode == 2
+    assert message in result.stderr.decode()
+    assert not (workdir / "out.jsonl").exists() and not (workdir / "report.json").exists()
+    assert leftovers(workdir) == []
+
+
+def test_on_error_skip_counts_and_reports(workdir):
+    corrupt(workdir, 2, "not json at all")
+    lines = (workdir / "in.jsonl").read_text().splitlines()
+    lines[4] = '{"id": 5}'
+    (workdir / "in.jsonl").write_text("\n".join(lines) + "\n")
+    result = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
+                 "--report", "report.json", "--on-error", "skip", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    err = result.stderr.decode()
+    assert "skipped in.jsonl:2: invalid JSON" in err and "skipped in.jsonl:5:" in err
+    summary = json.loads((workdir / "report.json").read_text())["summary"]
+    assert summary["skipped"] == 2 and summary["conversations"] == 4
+    assert [s["line"] for s in summary["skippedLines"]] == [2, 5]
+    assert len((workdir / "out.jsonl").read_text().splitlines()) == 4
+
+
+def test_invalid_policy_names_the_file_and_path(workdir):
+    (workdir / "bad.json").write_text(json.dumps({**SEED_POLICY, "triggerChars": "1800"}))
+    write_corpus(workdir / "in.jsonl", 2)
+    result = run("reduce", "in.jsonl", "--policy", "bad.json", "-o", "out.jsonl", cwd=workdir)
+    assert result.returncode == 2
+    err = result.stderr.decode()
+    assert "bad.json: invalid policy" in err and "triggerChars: expected an integer" in err
+    assert not (workdir / "out.jsonl").exists()
+
+
+def test_missing_input_and_policy_files(workdir):
+    result = run("reduce", "nope.jsonl", "--policy", "policy.json", cwd=workdir)
+    assert result.returncode == 2 and b"nope.jsonl: cannot open" in result.stderr
+    result = run("reduce", "nope.jsonl", cwd=workdir)
+    assert result.returncode == 2 and b"--policy POLICY.json is required" in result.stderr
+    result = run("validate", "missing.json", cwd=workdir)
+    assert result.returncode == 2 and b"missing.json: cannot read the policy" in result.stderr
+
+
+def test_bad_jobs_value(workdir):
+    result = run("reduce", "--policy", "policy.json", "--jobs", "0", stdin=b"", cwd=workdir)
+    assert result.returncode == 2 and b"--jobs" in result.stderr
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_leaves_no_half_file(workdir, jobs):
+    write_corpus(workdir / "some.jsonl", 20, size=(200, 400))
+    (workdir / "in.jsonl").write_bytes((workdir / "some.jsonl").read_bytes() * 40)
+    proc = subprocess.Popen(
+        [str(SCRIPT), "reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
+         "--jobs", jobs], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )
+    deadline = time.monotonic() + 30
+    while not leftovers(workdir) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.01)
+    assert proc.poll() is None, "the run ended before it could be interrupted"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"interrupted; no output file was written" in err
+    assert not (workdir / "out.jsonl").exists() and leftovers(workdir) == []
+
+
+def test_audit_violation_exit_status_in_reduce(workdir):
+    plan = json.loads((EXAMPLES / "audit-plan.json").read_text())
+    (workdir / "plans.jsonl").write_text(json.dumps(plan) + "\n")
+    (workdir / "audit.json").write_text((EXAMPLES / "policy-audit.json").read_text())
+    result = run("reduce", "plans.jsonl", "--policy", "audit.json", "-q", cwd=workdir)
+    assert result.returncode == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# validate, audit, schema, bench
+
+
+def test_validate_ok_and_invalid(workdir):
+    ok = run("validate", "policy.json", cwd=workdir)
+    assert ok.returncode == 0
+    assert ok.stdout.decode().strip() == "ok: policy.json is a valid reduce policy (1 step)"
+    (workdir / "bad.json").write_text(json.dumps(
+        {"mode": "reduce", "triggerChar": 5, "steps": [{"id": "t", "kind": "trim"}]}))
+    bad = run("validate", "bad.json", cwd=workdir)
+    assert bad.returncode == 1
+    text = bad.stdout.decode()
+    assert "bad.json: invalid" in text
+    for path in ("triggerChar", "steps[0].fragmentId", "steps[0].keepGroups",
+                 "steps[0].targetChars"):
+        assert f"  {path}: " in text
+
+
+def test_validate_against_a_plan_and_handlers(workdir):
+    (workdir / "compress.json").write_text(json.dumps({
+        "mode": "reduce", "triggerChars": 100, "steps": [
+            {"id": "c", "kind": "compress", "fragmentId": "system", "handlerId": "sum",
+             "targetChars": 10}]}))
+    result = run("validate", "compress.json", "--plan", EXAMPLES / "plan.json",
+                 "--handler", "other", cwd=workdir)
+    assert result.returncode == 1
+    text = result.stdout.decode()
+    assert "steps[0].fragmentId: fragment 'system' is a protected 'system' fragment" in text
+    assert "steps[0].handlerId: no handler 'sum' is registered (registered: other)" in text
+    good = run("validate", "policy.json", "--plan", EXAMPLES / "plan.json", cwd=workdir)
+    assert good.returncode == 0 and b"references checked against" in good.stdout
+
+
+def test_audit_command(workdir):
+    result = run("audit", EXAMPLES / "audit-plan.json", "--policy",
+                 EXAMPLES / "policy-audit.json", cwd=workdir)
+    assert result.returncode == 1
+    text = result.stdout.decode()
+    rows = [line.split() for line in text.splitlines() if line.startswith("│")]
+    assert ["│", "evidence", "│", "modified", "│", "content", "│", "81", "│", "80", "│", "NO",
+            "│", "protected", "│"] in rows
+    assert any(r[1] == "history" and r[-4] == "yes" and r[-2] == "mutable" for r in rows)
+    assert "failed: 1 disallowed change(s)" in text
+    as_json = run("audit", EXAMPLES / "audit-plan.json", "--policy",
+                  EXAMPLES / "policy-audit.json", "--json", cwd=workdir)
+    report = json.loads(as_json.stdout)
+    assert as_json.returncode == 1 and report["audit"]["violations"] == 1
+    plan = json.loads((EXAMPLES / "audit-plan.json").read_text())
+    plan["fragments"][2] = plan["original"][2]  # undo the evidence edit
+    (workdir / "fixed.json").write_text(json.dumps(plan))
+    fixed = run("audit", "fixed.json", "--policy", EXAMPLES / "policy-audit.json", cwd=workdir)
+    assert fixed.returncode == 0 and b"passed" in fixed.stdout
+    wrong = run("audit", "fixed.json", "--policy", "policy.json", cwd=workdir)
+    assert wrong.returncode == 2 and b"expected an audit policy" in wrong.stderr
+
+
+def test_schema_validates_real_documents():
+    policy_schema = json.loads(run("schema", "policy").stdout)
+    jsonschema.validate(SEED_POLICY, policy_schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**SEED_POLICY, "triggerChar": 5}, policy_schema)
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate({**SEED_POLICY, "triggerChars": "5"}, policy_schema)
+    plan_schema = json.loads(run("schema", "plan").stdout)
+    jsonschema.validate(json.loads((EXAMPLES / "plan.json").read_text()), plan_schema)
+    report_schema = json.loads(run("schema", "report").stdout)
+    report = json.loads(run("audit", EXAMPLES / "audit-plan.json", "--policy",
+                            EXAMPLES / "policy-audit.json", "--json").stdout)
+    jsonschema.validate(report, report_schema)
+    assert run("schema", "nonsense").returncode == 2
+
+
+def test_bench_json_and_plot(tmp_path):
+    result = run("bench", "--sizes", "300,2000", "--repeat", "1", "--json", "--plot",
+                 tmp_path / "bench.png", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    impls = {r["implementation"] for r in rows}
+    assert {"kernel (cython)", "kernel (python)", "langchain trim_messages"} <= impls
+    assert {r["messages"] for r in rows} == {300, 2000}
+    assert all(r["nsPerMessage"] > 0 for r in rows)
+    assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_on_an_input_file(workdir):
+    write_corpus(workdir / "in.jsonl", 4)
+    result = run("bench", "--input", "in.jsonl", "--repeat", "1", "--no-langchain", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert b"kernel (python)" in result.stdout and b"langchain" not in result.stdout
+
+
+def test_memory_stays_flat_in_the_number_of_lines(workdir):
+    write_corpus(workdir / "small.jsonl", 40, seed=1, size=(50, 150))
+    small = (workdir / "small.jsonl").read_bytes()
+    (workdir / "big.jsonl").write_bytes(small * 8)
+    probe = (
+        "import resource, sys\n"
+        "from contextpolicy.cli import main\n"
+        "rc = main(['reduce', sys.argv[1], '--policy', 'policy.json', '-o', 'out.jsonl', '-q'])\n"
+        "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)\n"
+        "sys.exit(rc)\n"
+    )
+    rss = {}
+    for name in ("small.jsonl", "big.jsonl"):
+        result = subprocess.run([sys.executable, "-c", probe, name], cwd=workdir,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, result.stderr
+        rss[name] = int(result.stdout.strip()) * 1024
+    grown = rss["big.jsonl"] - rss["small.jsonl"]
+    # 8x the input (the big file is several times the small one's size) costs no more memory
+    # than a few of the largest lines.
+    assert grown < len(small), (rss, len(small))
