@@ -7,21 +7,11 @@ Read ratios from one run: ``pytest benchmarks --benchmark-enable --benchmark-onl
 
 from __future__ import annotations
 
-import json
-
 import pytest
 
+from contextpolicy.bench import TARGET_CHARS, langchain_char_counter, measure_group_cut
+
 from .conftest import rounds
-
-TARGET_CHARS = 1000
-KEEP_GROUPS = 2
-
-
-def measure_group_cut(kernel, messages):
-    roles, chars, flags, opaque = kernel.measure_messages(messages)
-    offsets, group_chars = kernel.group_offsets(flags, chars, kernel.GROUP_USER_TURN)
-    first = kernel.trim_cut(group_chars, KEEP_GROUPS, TARGET_CHARS)
-    return int(offsets[first])
 
 
 def test_measure_group_cut(benchmark, impl, history, size):
@@ -45,39 +35,6 @@ def langchain_history(history, size):
     from .conftest import cached
 
     return cached(("langchain", size), lambda: convert_to_messages(history))
-
-
-def _compact(value):
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _part_chars(parts):
-    total = 0
-    for part in parts:
-        if isinstance(part, str):
-            total += len(part)
-            continue
-        kind = part.get("type")
-        if kind in ("text", "input_text", "output_text"):
-            total += len(part.get("text") or "")
-        elif kind == "tool_result":
-            inner = part.get("content")
-            total += len(inner) if isinstance(inner, str) else _part_chars(inner or [])
-        elif kind == "tool_use":
-            total += len(part.get("name") or "") + len(_compact(part.get("input")))
-    return total
-
-
-def langchain_char_counter(messages):
-    """A character counter for LangChain messages, as a LangChain user writes one: the text
-    each message carries, its tool calls' names and arguments (the same rules as ours)."""
-    total = 0
-    for m in messages:
-        content = m.content
-        total += len(content) if isinstance(content, str) else _part_chars(content)
-        for call in getattr(m, "tool_calls", None) or ():
-            total += len(call["name"]) + len(_compact(call["args"]))
-    return total
 
 
 def test_langchain_trim_messages(benchmark, langchain_history, history, size):

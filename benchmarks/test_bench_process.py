@@ -4,9 +4,9 @@ measure + group + cut on the same history (the whole pipeline should cost at mos
 from __future__ import annotations
 
 from contextpolicy import ContextPlan, process_context
+from contextpolicy.bench import measure_group_cut
 
 from .conftest import SEED_POLICY, rounds
-from .test_bench_kernel import measure_group_cut
 
 
 def test_process_context_seed_policy(benchmark, transcript, size):

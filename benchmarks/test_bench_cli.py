@@ -1,0 +1,72 @@
+"""``contextpolicy reduce`` on a JSONL corpus of long transcripts (at least 200 MB when
+measuring), against the floor: bare ``orjson.loads`` over the same lines. ``--jobs 2`` against
+``--jobs 1`` on this 2-core machine."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import orjson
+import pytest
+
+from contextpolicy.cli import main
+from contextpolicy.synthetic import make_transcript
+
+from .conftest import SEED_POLICY, measuring
+
+DISTINCT = 120  # distinct transcripts, repeated (with their own ids) up to the corpus size
+
+
+@pytest.fixture(scope="session")
+def corpus(tmp_path_factory, request):
+    target = (200 << 20) if measuring(request.config) else (2 << 20)
+    folder = tmp_path_factory.mktemp("cli-bench")
+    rng = np.random.default_rng(11)
+    lines = []
+    for i in range(DISTINCT if target > (2 << 20) else 8):
+        n = int(rng.integers(200, 1000))  # long agent transcripts
+        lines.append(make_transcript(n, seed=500 + i))
+    path = folder / "corpus.jsonl"
+    written = 0
+    with open(path, "wb") as fh:
+        k = 0
+        while written < target:
+            line = orjson.dumps({"id": f"t{k}", "messages": lines[k % len(lines)]}) + b"\n"
+            fh.write(line)
+            written += len(line)
+            k += 1
+    (folder / "policy.json").write_text(json.dumps(SEED_POLICY))
+    return folder, path, written, k
+
+
+def label(benchmark, corpus, kind):
+    folder, path, size, count = corpus
+    benchmark.group = f"reduce command {size / 1e6:.0f} MB"
+    benchmark.extra_info.update(bytes=size, conversations=count, kind=kind)
+
+
+def test_orjson_loads_floor(benchmark, corpus):
+    folder, path, size, count = corpus
+
+    def parse_all():
+        n = 0
+        with open(path, "rb") as fh:
+            for line in fh:
+                orjson.loads(line)
+                n += 1
+        return n
+
+    label(benchmark, corpus, "orjson-loads")
+    assert benchmark.pedantic(parse_all, rounds=3, iterations=1) == count
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_reduce_command(benchmark, corpus, jobs):
+    folder, path, size, count = corpus
+    args = ["reduce", str(path), "--policy", str(folder / "policy.json"),
+            "-o", str(folder / f"out{jobs}.jsonl"), "-q", "--jobs", str(jobs)]
+    label(benchmark, corpus, f"reduce-jobs{jobs}")
+    assert benchmark.pedantic(main, (args,), rounds=3, iterations=1) == 0
+    with open(folder / f"out{jobs}.jsonl", "rb") as fh:
+        assert sum(1 for _ in fh) == count
