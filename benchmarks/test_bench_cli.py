@@ -5,6 +5,7 @@ measuring), against the floor: bare ``orjson.loads`` over the same lines. ``--jo
 from __future__ import annotations
 
 import json
+import mmap
 
 import numpy as np
 import orjson
@@ -50,15 +51,22 @@ def test_orjson_loads_floor(benchmark, corpus):
     folder, path, size, count = corpus
 
     def parse_all():
+        # The fastest way to parse every line: map the file, parse each line in place.
         n = 0
-        with open(path, "rb") as fh:
-            for line in fh:
-                orjson.loads(line)
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            view = memoryview(data)
+            start, end = 0, len(data)
+            while start < end:
+                stop = data.find(b"\n", start)
+                stop = end if stop < 0 else stop
+                orjson.loads(view[start:stop])
                 n += 1
+                start = stop + 1
+            view.release()
         return n
 
     label(benchmark, corpus, "orjson-loads")
-    assert benchmark.pedantic(parse_all, rounds=3, iterations=1) == count
+    assert benchmark.pedantic(parse_all, rounds=7, iterations=1) == count
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
@@ -67,6 +75,6 @@ def test_reduce_command(benchmark, corpus, jobs):
     args = ["reduce", str(path), "--policy", str(folder / "policy.json"),
             "-o", str(folder / f"out{jobs}.jsonl"), "-q", "--jobs", str(jobs)]
     label(benchmark, corpus, f"reduce-jobs{jobs}")
-    assert benchmark.pedantic(main, (args,), rounds=3, iterations=1) == 0
+    assert benchmark.pedantic(main, (args,), rounds=7, iterations=1) == 0
     with open(folder / f"out{jobs}.jsonl", "rb") as fh:
         assert sum(1 for _ in fh) == count

@@ -597,3 +597,25 @@ def test_unknown_implementation_mode_is_refused():
     with pytest.raises(ContextPolicyError):
         process_context(plan_with(history(2)), {"mode": "validate"},
                         implementations={"shrink": lambda ctx: None})
+
+
+@pytest.mark.parametrize("grouping", ["user-turn", "message"])
+def test_a_trim_never_orphans_a_late_tool_result(grouping):
+    # The result arrives after another message (message grouping) or even after the next user
+    # message (user-turn grouping): the cut moves back so that call and result stay together.
+    msgs = [
+        {"role": "user", "content": "u" * 100},
+        {"role": "assistant", "content": None, "tool_calls": [
+            {"id": "late", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "assistant", "content": "still waiting " * 10},
+        {"role": "user", "content": "any news? " * 10},
+        {"role": "tool", "tool_call_id": "late", "content": "r" * 50},
+        {"role": "assistant", "content": "done"},
+    ]
+    for target in range(0, 500, 7):
+        step = trim_step(grouping={"kind": grouping}, keepGroups=0, targetChars=target)
+        result = process_context(plan_with(msgs), policy(step, triggerChars=1, targetInputChars=1))
+        kept = result.plan.fragment("history").messages
+        assert result.report.warnings == [], (target, kept)
+        if msgs[4] in kept:
+            assert msgs[1] in kept

@@ -16,6 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _kernel
+from ._constants import FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
 from .errors import ContextPolicyError
 from .plan import ContextPlan, Fragment
 
@@ -101,6 +102,9 @@ def as_counter(counter: Any) -> TokenCounter | None:
     return None if counter is None else TokenCounter(counter)
 
 
+TOOL_TRAFFIC = FLAG_TOOL_CALLS | FLAG_TOOL_RESULT
+
+
 @dataclass
 class FragmentMeasure:
     """The measured content of one fragment: per-message arrays for a messages fragment."""
@@ -116,6 +120,15 @@ class FragmentMeasure:
     groups: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = field(
         default_factory=dict
     )
+
+    @property
+    def has_tool_traffic(self) -> bool:
+        """Some message calls a tool or carries a tool result (worth a pairing check)."""
+        if self.flags is None:
+            return False
+        if len(self.flags) < 64:
+            return any(f & TOOL_TRAFFIC for f in self.flags.tolist())
+        return bool(np.any(self.flags & TOOL_TRAFFIC))
 
     def group(self, grouping: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
         """Group offsets and chars per group (cached per grouping)."""

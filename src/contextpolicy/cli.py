@@ -173,7 +173,11 @@ def cmd_reduce(args: argparse.Namespace) -> int:
     with source, AtomicOutput(args.output, discard=example and not args.output) as out, \
             _ReportFile(args.report) as report:
         progress = _Progress(console, source) if show_progress else None
-        batches = batched_lines(source.lines(), BATCH_LINES, BATCH_BYTES)
+        batches: Any
+        if source.seekable:
+            batches = source.ranges(BATCH_BYTES)  # read in place from a memory map
+        else:
+            batches = batched_lines(source.lines(), BATCH_LINES, BATCH_BYTES)
         try:
             for result in process_lines(
                 batches, policy, jobs=args.jobs, with_reports=report.enabled,

@@ -116,6 +116,8 @@ def enforce_contract(
     """
     problems: list[str] = []
     by_id = {f.id: f for f in before}
+    protected_before = [f.id for f in before if f.is_protected]
+    guarded = set(protected_before)
     seen: set[str] = set()
     for i, f in enumerate(after):
         if not isinstance(f, Fragment):
@@ -129,13 +131,13 @@ def enforce_contract(
             problems.append(f"fragment {f.id!r} was invented (it is not in the plan)")
         elif old.kind != f.kind:
             problems.append(f"fragment {f.id!r} changed kind from {old.kind!r} to {f.kind!r}")
-        elif old.is_protected and not _fragments_equal(old, f):
+        elif f is old:
+            continue
+        elif f.id in guarded and not _fragments_equal(old, f):
             problems.append(f"protected fragment {f.id!r} was rewritten")
-        elif old.is_protected != f.is_protected:
+        elif (f.id in guarded) != f.is_protected:
             problems.append(f"fragment {f.id!r} changed its protection")
-    protected_before = [f.id for f in before if f.is_protected]
-    protected_after = [f.id for f in after if isinstance(f, Fragment) and f.id in by_id
-                       and by_id[f.id].is_protected]
+    protected_after = [f.id for f in after if isinstance(f, Fragment) and f.id in guarded]
     missing = [fid for fid in protected_before if fid not in seen]
     if missing:
         problems.append(f"protected fragment(s) removed: {', '.join(map(repr, missing))}")
@@ -153,12 +155,14 @@ def enforce_contract(
 
 
 def _usage(measures: Sequence[FragmentMeasure]) -> Usage:
+    chars = messages = opaque = 0
+    for m in measures:
+        chars += m.chars
+        messages += m.messages
+        opaque += m.opaque_parts
     return Usage(
-        chars=sum(m.chars for m in measures),
-        tokens=sum_tokens(m.tokens for m in measures),
-        messages=sum(m.messages for m in measures),
-        fragments=len(measures),
-        opaque_parts=sum(m.opaque_parts for m in measures),
+        chars=chars, tokens=sum_tokens(m.tokens for m in measures), messages=messages,
+        fragments=len(measures), opaque_parts=opaque,
     )
 
 
@@ -362,7 +366,7 @@ class _Run:
             ))
         warnings = []
         for f, m in zip(outcome.fragments, measures_after, strict=True):
-            if f.messages is None or m.flags is None:
+            if f.messages is None or m.flags is None or not m.has_tool_traffic:
                 continue
             for index, code, cid in _kernel.tool_pairing(f.messages, m.flags):
                 warnings.append(PlanWarning(

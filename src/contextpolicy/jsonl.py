@@ -5,16 +5,49 @@ failed or interrupted run never leaves half a file."""
 from __future__ import annotations
 
 import gzip
+import mmap
 import os
 import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
-from typing import IO, BinaryIO, cast
+from typing import IO, BinaryIO, NamedTuple, cast
 
-__all__ = ["AtomicOutput", "InputFile", "batched_lines"]
+__all__ = ["AtomicOutput", "FileRange", "InputFile", "batched_lines", "read_range"]
 
 GZIP_MAGIC = b"\x1f\x8b"
+READ_BLOCK = 8 << 20
+
+
+class FileRange(NamedTuple):
+    """Whole lines of a plain file: ``length`` bytes from ``offset``."""
+
+    path: str
+    offset: int
+    length: int
+
+
+def read_range(data: mmap.mmap, task: FileRange) -> tuple[int, list[tuple[int, memoryview]]]:
+    """``(lines in the range, [(line number within the range, line)])`` for the non-blank lines
+    of a range of a memory-mapped file. The lines are views: nothing is copied."""
+    view = memoryview(data)
+    lines: list[tuple[int, memoryview]] = []
+    start, end = task.offset, task.offset + task.length
+    number = 0
+    while start < end:
+        stop = data.find(b"\n", start, end)
+        if stop < 0:
+            stop = end
+        number += 1
+        if stop > start and not _blank(view, start, stop):
+            lines.append((number, view[start:stop]))
+        start = stop + 1
+    return number, lines
+
+
+def _blank(view: memoryview, start: int, stop: int) -> bool:
+    head = bytes(view[start:min(stop, start + 64)])
+    return head.isspace() and not bytes(view[start:stop]).strip()
 
 
 class InputFile:
@@ -26,6 +59,7 @@ class InputFile:
 
     def __init__(self, path: str) -> None:
         self.name = "<stdin>" if path == "-" else path
+        self.path = path
         self.position = 0
         self.size: int | None = None
         if path == "-":
@@ -51,11 +85,50 @@ class InputFile:
             return None
 
     def lines(self) -> Iterator[tuple[int, bytes]]:
-        """``(line number, raw line)`` for every non-blank line, numbered from 1."""
-        for number, line in enumerate(self._stream, start=1):
-            self.position += len(line)
-            if line.strip():
-                yield number, line
+        """``(line number, raw line)`` for every non-blank line, numbered from 1.
+
+        Read in large blocks and split: transcripts make long lines, which a line-by-line
+        reader copies piecemeal.
+        """
+        number = 0
+        rest = b""
+        while True:
+            block = self._stream.read(READ_BLOCK)
+            if not block:
+                break
+            parts = (rest + block if rest else block).split(b"\n")
+            rest = parts.pop()
+            for line in parts:
+                number += 1
+                self.position += len(line) + 1
+                if line and not line.isspace():
+                    yield number, line
+        if rest:
+            self.position += len(rest)
+            if not rest.isspace():
+                yield number + 1, rest
+
+    @property
+    def seekable(self) -> bool:
+        """A plain file: workers can map it and read their own ranges."""
+        return self.size is not None
+
+    def ranges(self, max_bytes: int) -> Iterator[FileRange]:
+        """Consecutive ranges of about ``max_bytes`` of whole lines. Workers map the file and
+        parse the lines in place, so no line is copied or sent through a pipe; here only the
+        line ends at the range boundaries are looked up."""
+        assert self.seekable
+        size = self.size or 0
+        if size == 0:
+            return
+        with mmap.mmap(self._raw.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            start = 0
+            while start < size:
+                stop = data.find(b"\n", min(start + max_bytes, size) - 1)
+                stop = size if stop < 0 else stop + 1
+                yield FileRange(self.path, start, stop - start)
+                self.position = stop
+                start = stop
 
     def close(self) -> None:
         if self._stream is not self._raw:

@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
+import numpy as np
+
 from . import _kernel
+from ._constants import FLAG_TOOL_CALLS
 from .accounting import FragmentMeasure, measure_messages
 from .errors import ContextCancelledError, ContextPlanError, ContextStepError
 from .plan import Fragment
@@ -91,6 +94,50 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
     return PolicyOutcome(fragments=fragments, steps=steps, triggered=fired)
 
 
+def _call_ids(message: dict[str, Any]) -> list[str]:
+    ids = [c.get("id") for c in message.get("tool_calls") or () if isinstance(c, dict)]
+    content = message.get("content")
+    if isinstance(content, list):
+        ids += [p.get("id") for p in content
+                if isinstance(p, dict) and p.get("type") == "tool_use"]
+    return [i for i in ids if isinstance(i, str)]
+
+
+def paired_first_group(
+    messages: list[dict[str, Any]], measure: FragmentMeasure, offsets: Any, first: int
+) -> int:
+    """The first kept group, moved back (keeping more whole groups) until no kept tool result
+    has lost its call to the cut.
+
+    Well-formed histories never need it: a call and its results share a user turn, and message
+    grouping keeps results with the message before them. It guards against results that come
+    later (after another message or turn): a trim never orphans a tool result.
+    """
+    assert measure.flags is not None
+    flags = measure.flags
+    while first > 0:
+        cut = int(offsets[first])
+        kept = messages[cut:]
+        missing = {
+            cid for _, code, cid in _kernel.tool_pairing(kept, flags[cut:])
+            if code == "orphan-tool-result" and cid is not None
+        }
+        if not missing:
+            return first
+        earliest = cut
+        for i in np.flatnonzero(flags[:cut] & FLAG_TOOL_CALLS)[::-1].tolist():
+            found = missing.intersection(_call_ids(messages[i]))
+            if found:
+                earliest = i
+                missing -= found
+                if not missing:
+                    break
+        if earliest == cut:  # results whose calls never were in the plan: nothing to keep
+            return first
+        first = int(np.searchsorted(offsets, earliest, side="right")) - 1
+    return first
+
+
 def _tokens_of(ctx: PolicyContext, content: str | list[dict[str, Any]], fid: str) -> int | None:
     if ctx.counter is None:
         return None
@@ -106,6 +153,7 @@ def _trim(
     offsets, group_chars = before.group(GROUPING_CODES[step.grouping.kind])
     ngroups = len(group_chars)
     first = int(_kernel.trim_cut(group_chars, step.keep_groups, step.target_chars))
+    first = paired_first_group(fragment.messages, before, offsets, first)
     cut = int(offsets[first])
     common: dict[str, Any] = dict(
         id=step.id, kind="trim", fragment_id=step.fragment_id, target_chars=step.target_chars,
@@ -158,7 +206,10 @@ def _compress(
         if before.chars <= step.target_chars:
             return fragment, before, unchanged("within-target", groups)
         if step.keep_groups is not None:
-            split = int(offsets[groups - min(step.keep_groups, groups)])
+            tail_group = paired_first_group(
+                fragment.messages, before, offsets, groups - min(step.keep_groups, groups)
+            )
+            split = int(offsets[tail_group])
             content, kept = fragment.messages[:split], fragment.messages[split:]
             if split == 0:
                 return fragment, before, unchanged("nothing-to-compress", groups)

@@ -9,6 +9,8 @@ so ``--jobs 2`` writes exactly the bytes ``--jobs 1`` does.
 
 from __future__ import annotations
 
+import gc
+import mmap
 import multiprocessing
 import sys
 from collections import Counter, deque
@@ -20,6 +22,7 @@ import orjson
 
 from .core import process_context
 from .errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
+from .jsonl import FileRange, read_range
 from .plan import ContextPlan, as_plan
 from .policy import validate_context_policy
 from .report import ContextReport
@@ -133,7 +136,7 @@ class _Worker:
         self.policy = validate_context_policy(policy)
         self.with_reports = with_reports
 
-    def line(self, number: int, raw: bytes) -> LineResult:
+    def line(self, number: int, raw: bytes | memoryview) -> LineResult:
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
@@ -186,13 +189,25 @@ class _Worker:
             violation=violation,
         )
         if self.with_reports:
-            entry = {"line": number, "id": doc.get("id"),
-                     "report": report.model_dump(by_alias=True, mode="json")}
+            # The line number is put in front by the caller, who knows where the batch began.
+            entry = {"id": doc.get("id"), "report": report.model_dump(by_alias=True, mode="json")}
             line.report = orjson.dumps(entry)
         return line
 
-    def batch(self, batch: list[tuple[int, bytes]]) -> list[LineResult]:
-        return [self.line(number, raw) for number, raw in batch]
+    def batch(self, batch: list[tuple[int, bytes]] | FileRange) -> tuple[int, list[LineResult]]:
+        """Results of a batch, and how many lines it spanned (line numbers within a file range
+        count from 1; the caller, who knows where the range starts, makes them absolute)."""
+        if isinstance(batch, FileRange):
+            data = self._maps.get(batch.path)
+            if data is None:
+                with open(batch.path, "rb") as fh:
+                    data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+                self._maps[batch.path] = data
+            count, lines = read_range(data, batch)
+            return count, [self.line(number, raw) for number, raw in lines]
+        return 0, [self.line(number, raw) for number, raw in batch]
+
+    _maps: dict[str, mmap.mmap]
 
 
 _WORKER: _Worker | None = None
@@ -201,9 +216,10 @@ _WORKER: _Worker | None = None
 def _init_worker(policy: dict[str, Any], with_reports: bool) -> None:
     global _WORKER
     _WORKER = _Worker(policy, with_reports)
+    _WORKER._maps = {}
 
 
-def _work(batch: list[tuple[int, bytes]]) -> list[LineResult]:
+def _work(batch: list[tuple[int, bytes]] | FileRange) -> tuple[int, list[LineResult]]:
     assert _WORKER is not None
     return _WORKER.batch(batch)
 
@@ -216,7 +232,7 @@ def _context() -> Any:
 
 
 def process_lines(
-    batches: Iterable[list[tuple[int, bytes]]],
+    batches: Iterable[list[tuple[int, bytes]]] | Iterable[FileRange],
     policy: dict[str, Any],
     *,
     jobs: int = 1,
@@ -224,27 +240,47 @@ def process_lines(
     on_batch: Callable[[], None] | None = None,
 ) -> Iterator[LineResult]:
     """Results for every line, in input order, computed by ``jobs`` processes."""
+    base = 0
+
+    def absolute(spanned: int, results: list[LineResult]) -> list[LineResult]:
+        # A file range numbers its lines from its own start; lines sent as bytes carry theirs.
+        nonlocal base
+        for r in results:
+            r.line += base
+            if r.report is not None:
+                r.report = b'{"line":%d,' % r.line + r.report[1:]
+        base += spanned
+        return results
+
     if jobs <= 1:
         worker = _Worker(policy, with_reports)
+        worker._maps = {}
         for batch in batches:
-            yield from worker.batch(batch)
+            yield from absolute(*worker.batch(batch))
             if on_batch is not None:
                 on_batch()
         return
     # At most a few batches per worker in flight: the input is read only as fast as it is
     # processed, so memory stays flat however long the file is.
     in_flight = jobs * 3
-    with _context().Pool(jobs, initializer=_init_worker, initargs=(policy, with_reports)) as pool:
+    # Forked workers inherit the parent's objects; frozen, the workers' garbage collector never
+    # walks (and so never copies) them.
+    gc.freeze()
+    try:
+        pool = _context().Pool(jobs, initializer=_init_worker, initargs=(policy, with_reports))
+    finally:
+        gc.unfreeze()
+    with pool:
         pending: deque[Any] = deque()
         try:
             for batch in batches:
                 pending.append(pool.apply_async(_work, (batch,)))
                 while len(pending) >= in_flight:
-                    yield from pending.popleft().get()
+                    yield from absolute(*pending.popleft().get())
                     if on_batch is not None:
                         on_batch()
             while pending:
-                yield from pending.popleft().get()
+                yield from absolute(*pending.popleft().get())
                 if on_batch is not None:
                     on_batch()
         except BaseException:
