@@ -371,3 +371,18 @@ def test_memory_stays_flat_in_the_number_of_lines(workdir):
     # 8x the input (the big file is several times the small one's size) costs no more memory
     # than a few of the largest lines.
     assert grown < len(small), (rss, len(small))
+
+
+def test_short_transcripts_have_an_empty_history(workdir):
+    lines = [{"id": "empty", "messages": []},
+             {"id": "question-only", "messages": [{"role": "user", "content": "hi"}]},
+             {"id": "system-only", "messages": [{"role": "system", "content": "rules"}]}]
+    data = "".join(json.dumps(line) + "\n" for line in lines).encode()
+    result = run("reduce", "-", "--policy", "policy.json", "--report", "report.json", "-q",
+                 stdin=data, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert [json.loads(x) for x in result.stdout.splitlines()] == lines
+    report = json.loads((workdir / "report.json").read_text())
+    history = [next(f for f in c["report"]["fragments"] if f["id"] == "history")
+               for c in report["conversations"]]
+    assert [h["messagesBefore"] for h in history] == [0, 0, 0]

@@ -23,7 +23,7 @@ import orjson
 from .core import process_context
 from .errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
 from .jsonl import FileRange, read_range
-from .plan import ContextPlan, as_plan
+from .plan import ContextPlan, Fragment, as_plan
 from .policy import validate_context_policy
 from .report import ContextReport
 
@@ -129,12 +129,25 @@ def _figures(report: ContextReport) -> dict[str, Any]:
     }
 
 
+def _with_empty_history(plan: ContextPlan) -> ContextPlan:
+    fragments = list(plan.fragments)
+    at = 1 if fragments and fragments[0].id == "system" else 0
+    fragments.insert(at, Fragment(id="history", kind="history", messages=[]))
+    return ContextPlan(fragments=fragments)
+
+
 class _Worker:
     """Holds the validated policy; turns lines into results."""
 
     def __init__(self, policy: dict[str, Any], with_reports: bool) -> None:
         self.policy = validate_context_policy(policy)
         self.with_reports = with_reports
+        # A transcript too short to have a history still goes through a policy that trims one:
+        # its history is empty, and nothing is there to trim.
+        doc = self.policy.to_json_dict()
+        self.needs_history = "history" in (
+            [s.get("fragmentId") for s in doc.get("steps", [])] + doc.get("mutableFragmentIds", [])
+        )
 
     def line(self, number: int, raw: bytes | memoryview) -> LineResult:
         try:
@@ -162,6 +175,8 @@ class _Worker:
             transcript = False
         elif "messages" in doc:
             plan = ContextPlan.from_messages(doc["messages"])
+            if self.needs_history and not any(f.id == "history" for f in plan.fragments):
+                plan = _with_empty_history(plan)
             transcript = True
         else:
             keys = ", ".join(sorted(map(str, doc))) or "none"
