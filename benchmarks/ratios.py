@@ -31,6 +31,8 @@ def main(path: str) -> None:
             if "bytes" in extra:
                 line += f"  {extra['bytes'] / stats['min'] / 1e9:6.2f} GB/s"
             print(line)
+            for name, value in extra.get("ratios", {}).items():
+                print(f"  {name} = {value:.2f}")
         base = next((kinds[k] for k in ("kernel-cython", "process-cython", "orjson-loads")
                      if k in kinds), None)
         if base is None:

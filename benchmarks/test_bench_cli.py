@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import mmap
+import statistics
+import time
 
 import numpy as np
 import orjson
@@ -47,34 +49,63 @@ def label(benchmark, corpus, kind):
     benchmark.extra_info.update(bytes=size, conversations=count, kind=kind)
 
 
+def parse_all(path):
+    """The floor: the fastest way to parse every line (map the file, parse each line in place)."""
+    n = 0
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+        view = memoryview(data)
+        start, end = 0, len(data)
+        while start < end:
+            stop = data.find(b"\n", start)
+            stop = end if stop < 0 else stop
+            orjson.loads(view[start:stop])
+            n += 1
+            start = stop + 1
+        view.release()
+    return n
+
+
+def reduce_args(folder, path, jobs):
+    return ["reduce", str(path), "--policy", str(folder / "policy.json"),
+            "-o", str(folder / f"out{jobs}.jsonl"), "-q", "--jobs", str(jobs)]
+
+
 def test_orjson_loads_floor(benchmark, corpus):
     folder, path, size, count = corpus
-
-    def parse_all():
-        # The fastest way to parse every line: map the file, parse each line in place.
-        n = 0
-        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            view = memoryview(data)
-            start, end = 0, len(data)
-            while start < end:
-                stop = data.find(b"\n", start)
-                stop = end if stop < 0 else stop
-                orjson.loads(view[start:stop])
-                n += 1
-                start = stop + 1
-            view.release()
-        return n
-
     label(benchmark, corpus, "orjson-loads")
-    assert benchmark.pedantic(parse_all, rounds=7, iterations=1) == count
+    assert benchmark.pedantic(parse_all, (path,), rounds=7, iterations=1) == count
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
 def test_reduce_command(benchmark, corpus, jobs):
     folder, path, size, count = corpus
-    args = ["reduce", str(path), "--policy", str(folder / "policy.json"),
-            "-o", str(folder / f"out{jobs}.jsonl"), "-q", "--jobs", str(jobs)]
     label(benchmark, corpus, f"reduce-jobs{jobs}")
-    assert benchmark.pedantic(main, (args,), rounds=7, iterations=1) == 0
+    assert benchmark.pedantic(main, (reduce_args(folder, path, jobs),), rounds=7,
+                              iterations=1) == 0
     with open(folder / f"out{jobs}.jsonl", "rb") as fh:
         assert sum(1 for _ in fh) == count
+
+
+def test_reduce_ratios_interleaved(benchmark, corpus):
+    """The floor, --jobs 1 and --jobs 2 timed one after another in every round, so that a noisy
+    neighbour slows all three alike; the ratios are the medians over the rounds."""
+    folder, path, size, count = corpus
+    rounds: list[tuple[float, float, float]] = []
+
+    def trio():
+        t0 = time.perf_counter()
+        parse_all(path)
+        t1 = time.perf_counter()
+        main(reduce_args(folder, path, 1))
+        t2 = time.perf_counter()
+        main(reduce_args(folder, path, 2))
+        t3 = time.perf_counter()
+        rounds.append((t1 - t0, t2 - t1, t3 - t2))
+
+    label(benchmark, corpus, "interleaved-trio")
+    benchmark.pedantic(trio, rounds=7, iterations=1)
+    benchmark.extra_info["ratios"] = {
+        "jobs1 throughput / orjson.loads": statistics.median(f / j1 for f, j1, _ in rounds),
+        "jobs2 speedup over jobs1": statistics.median(j1 / j2 for _, j1, j2 in rounds),
+    }
+    assert len(rounds) >= 1
