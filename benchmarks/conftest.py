@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from contextpolicy.bench import SEED_POLICY  # noqa: F401  (shared with the benchmarks)
 from contextpolicy.synthetic import make_history, make_transcript
 
 FULL_SIZES = [10_000, 100_000, 1_000_000]
@@ -59,12 +60,3 @@ def transcript(size: int) -> list[dict[str, Any]]:
 
 def rounds(size: int, small: int = 20) -> int:
     return max(2, small * 10_000 // size)
-
-
-SEED_POLICY = {
-    "mode": "reduce", "triggerChars": 1800, "targetInputChars": 1500,
-    "selection": {"mode": "sequence"},
-    "steps": [{"id": "recent-history", "kind": "trim", "fragmentId": "history",
-               "field": "messages", "grouping": {"kind": "user-turn"}, "keepGroups": 2,
-               "targetChars": 1000}],
-}

@@ -386,3 +386,22 @@ def test_short_transcripts_have_an_empty_history(workdir):
     history = [next(f for f in c["report"]["fragments"] if f["id"] == "history")
                for c in report["conversations"]]
     assert [h["messagesBefore"] for h in history] == [0, 0, 0]
+
+
+def test_a_pipe_streams_line_by_line(workdir):
+    # The first conversation comes out before the second goes in.
+    import threading
+
+    proc = subprocess.Popen([str(SCRIPT), "reduce", "-", "--policy", "policy.json", "-q"],
+                            cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    first: list[bytes] = []
+    reader = threading.Thread(target=lambda: first.append(proc.stdout.readline()))
+    reader.start()
+    proc.stdin.write(b'{"id": "a", "messages": [{"role": "user", "content": "hi"}]}\n')
+    proc.stdin.flush()
+    reader.join(timeout=30)
+    assert first and json.loads(first[0])["id"] == "a"
+    proc.stdin.write(b'{"id": "b", "messages": []}\n')
+    proc.stdin.close()
+    assert json.loads(proc.stdout.read())["id"] == "b"
+    assert proc.wait(timeout=30) == 0

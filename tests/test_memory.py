@@ -9,16 +9,10 @@ import tracemalloc
 import pytest
 
 from contextpolicy import ContextPlan, process_context
+from contextpolicy.bench import SEED_POLICY
 from contextpolicy.synthetic import make_transcript
 
 N = 50_000
-SEED_POLICY = {
-    "mode": "reduce", "triggerChars": 1800, "targetInputChars": 1500,
-    "selection": {"mode": "sequence"},
-    "steps": [{"id": "recent-history", "kind": "trim", "fragmentId": "history",
-               "field": "messages", "grouping": {"kind": "user-turn"}, "keepGroups": 2,
-               "targetChars": 1000}],
-}
 
 
 @pytest.fixture(scope="module")

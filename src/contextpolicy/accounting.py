@@ -18,7 +18,7 @@ import numpy.typing as npt
 from . import _kernel
 from ._constants import FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
 from .errors import ContextPolicyError
-from .plan import ContextPlan, Fragment
+from .plan import Fragment
 
 __all__ = [
     "FragmentMeasure",
@@ -198,7 +198,3 @@ def assemble(fragments: Sequence[Fragment]) -> list[dict[str, Any]]:
             assert fragment.messages is not None
             out.extend(fragment.messages)
     return out
-
-
-def plan_chars(plan: ContextPlan) -> int:
-    return sum(measure_fragment(f).chars for f in plan.fragments)

@@ -176,8 +176,11 @@ def cmd_reduce(args: argparse.Namespace) -> int:
         batches: Any
         if source.seekable:
             batches = source.ranges(BATCH_BYTES)  # read in place from a memory map
+        elif args.jobs == 1:
+            batches = batched_lines(source.lines(), 1, BATCH_BYTES)  # a pipe streams through
         else:
             batches = batched_lines(source.lines(), BATCH_LINES, BATCH_BYTES)
+        live = not source.seekable and out.path is None  # pipe to pipe: flush every line
         try:
             for result in process_lines(
                 batches, policy, jobs=args.jobs, with_reports=report.enabled,
@@ -192,6 +195,8 @@ def cmd_reduce(args: argparse.Namespace) -> int:
                 summary.add(result)
                 if result.output is not None:
                     out.write(result.output)
+                    if live:
+                        out.stream.flush()
                 if result.report is not None:
                     report.add(result.report)
         finally:

@@ -92,8 +92,10 @@ class InputFile:
         """
         number = 0
         rest = b""
+        # read1 hands over what has arrived (a pipe streams); read waits for a full block.
+        read = getattr(self._stream, "read1", self._stream.read)
         while True:
-            block = self._stream.read(READ_BLOCK)
+            block = read(READ_BLOCK)
             if not block:
                 break
             parts = (rest + block if rest else block).split(b"\n")
