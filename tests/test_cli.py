@@ -233,16 +233,21 @@ def test_bad_jobs_value(workdir):
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_leaves_no_half_file(workdir, jobs):
-    write_corpus(workdir / "some.jsonl", 20, size=(200, 400))
-    (workdir / "in.jsonl").write_bytes((workdir / "some.jsonl").read_bytes() * 40)
+    # Input arrives through a pipe that stays open, so the run is certainly still going (and
+    # has written output to its temporary file) when the interrupt comes.
+    write_corpus(workdir / "in.jsonl", 6)
     proc = subprocess.Popen(
-        [str(SCRIPT), "reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
-         "--jobs", jobs], cwd=workdir, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [str(SCRIPT), "reduce", "-", "--policy", "policy.json", "-o", "out.jsonl",
+         "--jobs", jobs], cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
+    proc.stdin.write((workdir / "in.jsonl").read_bytes())
+    proc.stdin.flush()
     deadline = time.monotonic() + 30
-    while not leftovers(workdir) and time.monotonic() < deadline and proc.poll() is None:
+    while not leftovers(workdir) and time.monotonic() < deadline:
         time.sleep(0.01)
-    assert proc.poll() is None, "the run ended before it could be interrupted"
+    time.sleep(0.5)
+    assert proc.poll() is None and leftovers(workdir), "the run is not waiting for input"
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
