@@ -240,6 +240,9 @@ def test_ctrl_c_leaves_no_half_file(workdir, jobs):
         [str(SCRIPT), "reduce", "-", "--policy", "policy.json", "-o", "out.jsonl",
          "--jobs", jobs], cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
+        # A test runner started in the background inherits an ignored SIGINT; a person at a
+        # terminal has it: give the child the terminal's default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     proc.stdin.write((workdir / "in.jsonl").read_bytes())
     proc.stdin.flush()
