@@ -86,17 +86,11 @@ cdef enum:
 cdef object K_ROLE = "role"
 cdef object K_CONTENT = "content"
 cdef object K_TOOL_CALLS = "tool_calls"
-cdef object K_FUNCTION = "function"
-cdef object K_NAME = "name"
-cdef object K_ARGUMENTS = "arguments"
 cdef object K_TYPE = "type"
-cdef object K_TEXT = "text"
-cdef object K_INPUT = "input"
 cdef object K_ID = "id"
 cdef object K_TOOL_CALL_ID = "tool_call_id"
 cdef object K_TOOL_USE_ID = "tool_use_id"
 
-cdef dict _ROLE_CODES = dict(ROLE_CODES)
 
 cdef inline bint _eq1(object s, Py_ssize_t n, const char* lit):
     # s is a str of length n; compare against an ASCII literal without creating objects.
@@ -751,8 +745,6 @@ def role_codes_utf8(data, offsets):
     cdef const char* s
     out_a = np.zeros(n, dtype=np.int8)
     cdef int8_t[::1] out = out_a
-    cdef int8_t c_system = ROLE_CODES["system"], c_developer = ROLE_CODES["developer"]
-    cdef int8_t c_assistant = ROLE_CODES["assistant"]
     if buf.shape[0] == 0:
         return out_a
     with nogil:
@@ -765,14 +757,14 @@ def role_codes_utf8(data, offsets):
                 elif memcmp(s, b"tool", 4) == 0:
                     out[r] = R_TOOL
             elif length == 6 and memcmp(s, b"system", 6) == 0:
-                out[r] = c_system
+                out[r] = R_SYSTEM
             elif length == 8 and memcmp(s, b"function", 8) == 0:
                 out[r] = R_FUNCTION
             elif length == 9:
                 if memcmp(s, b"assistant", 9) == 0:
-                    out[r] = c_assistant
+                    out[r] = R_ASSISTANT
                 elif memcmp(s, b"developer", 9) == 0:
-                    out[r] = c_developer
+                    out[r] = R_DEVELOPER
     return out_a
 
 

@@ -29,6 +29,7 @@ from ._constants import (
     TOOL_RESULT_PART,
     TOOL_USE_PART,
 )
+from ._tool_ids import call_ids, result_ids
 from .errors import ContextPlanError
 
 __all__ = [
@@ -284,35 +285,6 @@ def trim_cut(group_chars: Int64Array, keep_groups: int, target_chars: int) -> in
     return n - max(kept, min(keep_groups, n))
 
 
-def _call_ids(message: dict[str, Any]) -> list[str]:
-    ids: list[str] = []
-    tool_calls = message.get("tool_calls")
-    if isinstance(tool_calls, list):
-        ids += [c["id"] for c in tool_calls if isinstance(c.get("id"), str)]
-    content = message.get("content")
-    if isinstance(content, list):
-        ids += [
-            p["id"] for p in content
-            if isinstance(p, dict) and p.get("type") == TOOL_USE_PART
-            and isinstance(p.get("id"), str)
-        ]
-    return ids
-
-
-def _result_ids(message: dict[str, Any]) -> list[str | None]:
-    ids: list[str | None] = []
-    if message.get("role") == "tool":
-        cid = message.get("tool_call_id")
-        ids.append(cid if isinstance(cid, str) else None)
-    content = message.get("content")
-    if isinstance(content, list):
-        for part in content:
-            if isinstance(part, dict) and part.get("type") == TOOL_RESULT_PART:
-                cid = part.get("tool_use_id")
-                ids.append(cid if isinstance(cid, str) else None)
-    return ids
-
-
 def tool_pairing(
     messages: list[Any], flags: npt.NDArray[np.uint8]
 ) -> list[tuple[int, str, str | None]]:
@@ -334,13 +306,13 @@ def tool_pairing(
             raise TypeError(f"message {i} is not a dict: flags do not belong to these messages")
         f = int(flags[i])
         if f & FLAG_TOOL_RESULT:
-            for cid in _result_ids(message):
+            for cid in result_ids(message):
                 if cid is not None and cid in pending:
                     del pending[cid]
                 elif cid is None or cid not in called:
                     found.append((i, "orphan-tool-result", cid))
         if f & FLAG_TOOL_CALLS:
-            for cid in _call_ids(message):
+            for cid in call_ids(message):
                 called.add(cid)
                 if cid not in pending:
                     pending[cid] = i

@@ -37,8 +37,6 @@ class Issue:
         where = self.path or "<root>"
         return f"{where}: {self.message} [{self.code}]"
 
-    def to_dict(self) -> dict[str, str]:
-        return {"path": self.path, "message": self.message, "code": self.code}
 
 
 class ContextError(Exception):

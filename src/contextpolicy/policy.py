@@ -29,7 +29,6 @@ __all__ = [
     "Step",
     "TrimStep",
     "ValidatePolicy",
-    "as_policy",
     "validate_context_policy",
 ]
 
@@ -488,11 +487,6 @@ def _dedupe(issues: list[Issue]) -> list[Issue]:
             seen.add((issue.path, issue.code))
             out.append(issue)
     return out
-
-
-def as_policy(policy: Any) -> ValidatePolicy | ReducePolicy | AuditPolicy:
-    """The typed policy for a policy dict or model, without reference checks."""
-    return _parse(policy)
 
 
 def validate_context_policy(

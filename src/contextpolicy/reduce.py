@@ -17,6 +17,7 @@ import numpy as np
 
 from . import _kernel
 from ._constants import FLAG_TOOL_CALLS
+from ._tool_ids import call_ids
 from .accounting import FragmentMeasure, measure_messages
 from .errors import ContextCancelledError, ContextPlanError, ContextStepError
 from .plan import Fragment
@@ -94,15 +95,6 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
     return PolicyOutcome(fragments=fragments, steps=steps, triggered=fired)
 
 
-def _call_ids(message: dict[str, Any]) -> list[str]:
-    ids = [c.get("id") for c in message.get("tool_calls") or () if isinstance(c, dict)]
-    content = message.get("content")
-    if isinstance(content, list):
-        ids += [p.get("id") for p in content
-                if isinstance(p, dict) and p.get("type") == "tool_use"]
-    return [i for i in ids if isinstance(i, str)]
-
-
 def paired_first_group(
     messages: list[dict[str, Any]], measure: FragmentMeasure, offsets: Any, first: int
 ) -> int:
@@ -126,7 +118,7 @@ def paired_first_group(
             return first
         earliest = cut
         for i in np.flatnonzero(flags[:cut] & FLAG_TOOL_CALLS)[::-1].tolist():
-            found = missing.intersection(_call_ids(messages[i]))
+            found = missing.intersection(call_ids(messages[i]))
             if found:
                 earliest = i
                 missing -= found
