@@ -63,7 +63,6 @@ def extensions():
         _say(f"contextpolicy: {platform.python_implementation()} detected: building pure-Python")
         return []
     try:
-        import numpy
         from Cython.Build import cythonize
     except ImportError as exc:
         if REQUIRE:
@@ -74,8 +73,7 @@ def extensions():
     ext = Extension(
         "contextpolicy._kernel_c",
         ["csrc/_kernel_c.pyx"],
-        include_dirs=["csrc", numpy.get_include()],
-        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        include_dirs=["csrc"],
         extra_compile_args=[] if sys.platform == "win32" else ["-O3"],
     )
     return cythonize([ext], compiler_directives={"language_level": 3}, quiet=True)

