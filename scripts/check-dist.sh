@@ -139,20 +139,20 @@ mkdir "$suite"
 venv() {
   local name="$1" artifact="$2"
   shift 2
-  "$python" -m venv "$work/$name"
+  "$python" -m venv "$work/env-$name"
   mapfile -t requires < <("$tools_python" -c '
 import sys, tomllib
 with open(sys.argv[1], "rb") as fh:
     print("\n".join(tomllib.load(fh)["tool"]["cibuildwheel"]["test-requires"]))
 ' "$project/pyproject.toml")
-  run "$name-requires.log" uv pip install --python "$work/$name/bin/python" \
-    "${requires[@]}" pytest-xdist
-  run "$name-install.log" env "$@" "$work/$name/bin/python" -m pip install -v "$artifact"
+  run "$name-requires.log" uv pip install --python "$work/env-$name/bin/python" \
+    "${requires[@]}"
+  run "$name-install.log" env "$@" "$work/env-$name/bin/python" -m pip install -v "$artifact"
 }
 
 # kernel NAME EXPECTED: the live kernel of environment NAME, imported from site-packages.
 kernel() {
-  (cd "$work" && "$work/$1/bin/python" - "$2" <<'PY'
+  (cd "$work" && "$work/env-$1/bin/python" - "$2" <<'PY'
 import sys
 import sysconfig
 
@@ -181,13 +181,13 @@ with open(sys.argv[1], "rb") as fh:
     print(" && ".join(tomllib.load(fh)["tool"]["cibuildwheel"]["test-command"]))
 ' "$project/pyproject.toml")"
 mkdir "$work/test_cwd"
-(cd "$work/test_cwd" && PATH="$work/wheel/bin:$PATH" bash -c "${test_command//\{project\}/$suite}") \
+(cd "$work/test_cwd" && PATH="$work/env-wheel/bin:$PATH" bash -c "${test_command//\{project\}/$suite}") \
   || fail "the cibuildwheel test-command failed against the repaired wheel"
 
 step "(b) the pure wheel"
 venv pure "$pure_wheel"
 kernel pure pure
-(cd "$work/test_cwd" && "$work/pure/bin/python" -m pytest "$suite/tests" -p no:cacheprovider \
+(cd "$work/test_cwd" && "$work/env-pure/bin/python" -m pytest "$suite/tests" -p no:cacheprovider \
   -m "not packaging" --no-c-extensions -n 2 -q) || fail "the suite failed against the pure wheel"
 
 step "(c) the sdist with no compiler"
@@ -195,7 +195,7 @@ venv nocompiler "$sdist" CC=false CXX=false
 grep -q "the compiled kernel could not be built" "$logs/nocompiler-install.log" \
   || fail "installing the sdist without a compiler did not say that it fell back"
 kernel nocompiler pure
-(cd "$work/test_cwd" && "$work/nocompiler/bin/python" -m pytest "$suite/tests" \
+(cd "$work/test_cwd" && "$work/env-nocompiler/bin/python" -m pytest "$suite/tests" \
   -p no:cacheprovider -m "not packaging" --no-c-extensions -n 2 -q) \
   || fail "the suite failed against the sdist installed without a compiler"
 
