@@ -418,3 +418,23 @@ def test_a_pipe_streams_line_by_line(workdir):
     proc.stdin.close()
     assert json.loads(proc.stdout.read())["id"] == "b"
     assert proc.wait(timeout=30) == 0
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_collector_settings_are_restored_after_a_run_and_after_an_abandoned_one(jobs):
+    import gc
+
+    from contextpolicy.runner import GC_GEN0_THRESHOLD, process_lines
+
+    lines = [(i + 1, json.dumps({"id": f"t{i}", "messages": make_transcript(40, seed=i)}).encode())
+             for i in range(6)]
+    before, frozen = gc.get_threshold(), gc.get_freeze_count()
+    assert before[0] != GC_GEN0_THRESHOLD
+    results = process_lines([lines[:3], lines[3:]], SEED_POLICY, jobs=jobs)
+    first = next(results)
+    assert first.line == 1 and first.error is None
+    assert gc.get_threshold()[0] == GC_GEN0_THRESHOLD  # tuned while the run streams
+    results.close()  # a consumer that stops early (an error, Ctrl-C)
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+    assert [r.line for r in process_lines([lines], SEED_POLICY, jobs=jobs)] == [1, 2, 3, 4, 5, 6]
+    assert gc.get_threshold() == before and gc.get_freeze_count() == frozen

@@ -9,6 +9,7 @@ so ``--jobs 2`` writes exactly the bytes ``--jobs 1`` does.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import mmap
 import multiprocessing
@@ -31,6 +32,25 @@ __all__ = ["LineError", "LineResult", "Summary", "process_lines"]
 
 BATCH_LINES = 64
 BATCH_BYTES = 4 << 20
+# A parsed transcript is thousands of acyclic dicts and lists that reference counting frees the
+# moment the line is done; collecting after every 700 of them (the default) only walks them in
+# vain. Cycles are still collected, every this many container allocations.
+GC_GEN0_THRESHOLD = 50_000
+
+
+@contextlib.contextmanager
+def _streaming_gc() -> Iterator[None]:
+    """Garbage collection tuned for a stream of parsed lines: what exists before the run (modules,
+    the policy) is frozen, so full collections never walk it again, and young collections run
+    less often. Both are restored afterwards."""
+    threshold = gc.get_threshold()
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, *threshold[1:])
+    try:
+        yield
+    finally:
+        gc.set_threshold(*threshold)
+        gc.unfreeze()
 
 
 @dataclass
@@ -232,6 +252,9 @@ def _init_worker(policy: dict[str, Any], with_reports: bool) -> None:
     global _WORKER
     _WORKER = _Worker(policy, with_reports)
     _WORKER._maps = {}
+    # A worker lives for one run: the collector settings of _streaming_gc, for good.
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
 
 
 def _work(batch: list[tuple[int, bytes]] | FileRange) -> tuple[int, list[LineResult]]:
@@ -267,24 +290,37 @@ def process_lines(
         base += spanned
         return results
 
-    if jobs <= 1:
-        worker = _Worker(policy, with_reports)
-        worker._maps = {}
-        for batch in batches:
-            yield from absolute(*worker.batch(batch))
-            if on_batch is not None:
-                on_batch()
-        return
+    with _streaming_gc():
+        if jobs <= 1:
+            yield from _in_process(batches, policy, with_reports, absolute, on_batch)
+        else:
+            yield from _in_workers(batches, policy, jobs, with_reports, absolute, on_batch)
+
+
+def _in_process(
+    batches: Iterable[Any], policy: dict[str, Any], with_reports: bool,
+    absolute: Callable[[int, list[LineResult]], list[LineResult]],
+    on_batch: Callable[[], None] | None,
+) -> Iterator[LineResult]:
+    worker = _Worker(policy, with_reports)
+    worker._maps = {}
+    for batch in batches:
+        yield from absolute(*worker.batch(batch))
+        if on_batch is not None:
+            on_batch()
+
+
+def _in_workers(
+    batches: Iterable[Any], policy: dict[str, Any], jobs: int, with_reports: bool,
+    absolute: Callable[[int, list[LineResult]], list[LineResult]],
+    on_batch: Callable[[], None] | None,
+) -> Iterator[LineResult]:
     # At most a few batches per worker in flight: the input is read only as fast as it is
-    # processed, so memory stays flat however long the file is.
+    # processed, so memory stays flat however long the file is. Forked workers inherit the
+    # parent's objects frozen (_streaming_gc): their collector never walks, and so never
+    # copies, them.
     in_flight = jobs * 3
-    # Forked workers inherit the parent's objects; frozen, the workers' garbage collector never
-    # walks (and so never copies) them.
-    gc.freeze()
-    try:
-        pool = _context().Pool(jobs, initializer=_init_worker, initargs=(policy, with_reports))
-    finally:
-        gc.unfreeze()
+    pool = _context().Pool(jobs, initializer=_init_worker, initargs=(policy, with_reports))
     with pool:
         pending: deque[Any] = deque()
         try:
