@@ -129,6 +129,18 @@ if problems:
 print(f"sdist: {len(names)} entries; wheels: {', '.join(p.rsplit('/', 1)[-1] for p in (repaired, pure))}")
 PY
 
+# What cibuildwheel installs for the wheel tests and the command it runs, read once.
+cibw() {
+  "$tools_python" -c '
+import sys, tomllib
+with open(sys.argv[1], "rb") as fh:
+    value = tomllib.load(fh)["tool"]["cibuildwheel"][sys.argv[2]]
+print(sys.argv[3].join(value))
+' "$project/pyproject.toml" "$@"
+}
+mapfile -t test_requires < <(cibw test-requires $'\n')
+test_command="$(cibw test-command " && ")"
+
 # The suite of the sdist without its source: tests import the installed package or nothing.
 suite="$work/suite"
 mkdir "$suite"
@@ -140,13 +152,8 @@ venv() {
   local name="$1" artifact="$2"
   shift 2
   "$python" -m venv "$work/env-$name"
-  mapfile -t requires < <("$tools_python" -c '
-import sys, tomllib
-with open(sys.argv[1], "rb") as fh:
-    print("\n".join(tomllib.load(fh)["tool"]["cibuildwheel"]["test-requires"]))
-' "$project/pyproject.toml")
   run "$name-requires.log" uv pip install --python "$work/env-$name/bin/python" \
-    "${requires[@]}"
+    "${test_requires[@]}"
   run "$name-install.log" env "$@" "$work/env-$name/bin/python" -m pip install -v "$artifact"
 }
 
@@ -175,11 +182,6 @@ PY
 step "(a) the repaired wheel: the test-command of [tool.cibuildwheel]"
 venv wheel "$repaired"
 kernel wheel compiled
-test_command="$("$tools_python" -c '
-import sys, tomllib
-with open(sys.argv[1], "rb") as fh:
-    print(" && ".join(tomllib.load(fh)["tool"]["cibuildwheel"]["test-command"]))
-' "$project/pyproject.toml")"
 mkdir "$work/test_cwd"
 (cd "$work/test_cwd" && PATH="$work/env-wheel/bin:$PATH" bash -c "${test_command//\{project\}/$suite}") \
   || fail "the cibuildwheel test-command failed against the repaired wheel"
