@@ -233,19 +233,23 @@ def test_bad_jobs_value(workdir):
     assert result.returncode == 2 and b"--jobs" in result.stderr
 
 
+def interruptible(workdir: Path, *args: str) -> subprocess.Popen:
+    """``contextpolicy reduce ARGS`` with every stream a pipe, ready for a Ctrl-C."""
+    return subprocess.Popen(
+        [str(SCRIPT), "reduce", *args, "--policy", "policy.json"], cwd=workdir,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # A test runner started in the background inherits an ignored SIGINT; a person at a
+        # terminal has it: give the child the terminal's default.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_leaves_no_half_file(workdir, jobs):
     # Input arrives through a pipe that stays open, so the run is certainly still going (and
     # has written output to its temporary file) when the interrupt comes.
     write_corpus(workdir / "in.jsonl", 6)
-    proc = subprocess.Popen(
-        [str(SCRIPT), "reduce", "-", "--policy", "policy.json", "-o", "out.jsonl",
-         "--jobs", jobs], cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        # A test runner started in the background inherits an ignored SIGINT; a person at a
-        # terminal has it: give the child the terminal's default.
-        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
-    )
+    proc = interruptible(workdir, "-", "-o", "out.jsonl", "--jobs", jobs)
     proc.stdin.write((workdir / "in.jsonl").read_bytes())
     proc.stdin.flush()
     deadline = time.monotonic() + 30
@@ -258,6 +262,38 @@ def test_ctrl_c_leaves_no_half_file(workdir, jobs):
     assert proc.returncode == 130, err
     assert b"interrupted; no output file was written" in err
     assert not (workdir / "out.jsonl").exists() and leftovers(workdir) == []
+
+
+def child_processes(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as fh:
+        return [int(p) for p in fh.read().split()]
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_ctrl_c_on_a_file_stops_the_workers_and_leaves_no_report(workdir, jobs):
+    # Nobody reads the output, so the run is certainly still going (blocked writing it, its
+    # workers waiting to hand over more) when the interrupt comes.
+    write_corpus(workdir / "in.jsonl", 300)
+    proc = interruptible(workdir, "in.jsonl", "--report", "r.json", "--jobs", jobs)
+    assert proc.stdout.read(1) == b"{"  # reducing has begun
+    time.sleep(0.5)
+    assert proc.poll() is None, "the run ended before the interrupt"
+    workers = child_processes(proc.pid) if sys.platform == "linux" else []
+    assert len(workers) == int(jobs) - 1 or sys.platform != "linux"
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert b"interrupted; no output file was written" in err and b"Traceback" not in err
+    assert not (workdir / "r.json").exists() and leftovers(workdir) == []
+    assert not any(running(pid) for pid in workers)
 
 
 def test_audit_violation_exit_status_in_reduce(workdir):

@@ -175,17 +175,19 @@ def cmd_reduce(args: argparse.Namespace) -> int:
         progress = _Progress(console, source) if show_progress else None
         batches: Any
         if source.seekable:
-            batches = source.ranges(BATCH_BYTES)  # read in place from a memory map
+            batches = source.ranges(BATCH_BYTES, workers=args.jobs)  # read in place, mapped
         elif args.jobs == 1:
             batches = batched_lines(source.lines(), 1, BATCH_BYTES)  # a pipe streams through
         else:
             batches = batched_lines(source.lines(), BATCH_LINES, BATCH_BYTES)
         live = not source.seekable and out.path is None  # pipe to pipe: flush every line
+        # Closed on the way out: the workers are stopped before an error is reported.
+        results = process_lines(
+            batches, policy, jobs=args.jobs, with_reports=report.enabled,
+            on_batch=progress.update if progress else None,
+        )
         try:
-            for result in process_lines(
-                batches, policy, jobs=args.jobs, with_reports=report.enabled,
-                on_batch=progress.update if progress else None,
-            ):
+            for result in results:
                 if result.error is not None:
                     where = f"{source.name}:{result.line}"
                     if args.on_error == "fail":
@@ -200,6 +202,7 @@ def cmd_reduce(args: argparse.Namespace) -> int:
                 if result.report is not None:
                     report.add(result.report)
         finally:
+            results.close()
             if progress:
                 progress.stop()
         summary.bytes_in = source.position

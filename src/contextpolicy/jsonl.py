@@ -17,6 +17,7 @@ __all__ = ["AtomicOutput", "FileRange", "InputFile", "batched_lines", "read_rang
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 8 << 20
+MIN_RANGE = 64 << 10  # the smallest range handed out near the end of a file
 
 
 class FileRange(NamedTuple):
@@ -115,10 +116,15 @@ class InputFile:
         """A plain file: workers can map it and read their own ranges."""
         return self.size is not None
 
-    def ranges(self, max_bytes: int) -> Iterator[FileRange]:
+    def ranges(self, max_bytes: int, *, workers: int = 1) -> Iterator[FileRange]:
         """Consecutive ranges of about ``max_bytes`` of whole lines. Workers map the file and
         parse the lines in place, so no line is copied or sent through a pipe; here only the
-        line ends at the range boundaries are looked up."""
+        line ends at the range boundaries are looked up.
+
+        With several ``workers``, the ranges shrink toward the end of the file (none is more
+        than a ``2 * workers``-th of what remains), so that the workers finish together rather
+        than one waiting for another's last large range.
+        """
         assert self.seekable
         size = self.size or 0
         if size == 0:
@@ -126,7 +132,10 @@ class InputFile:
         with mmap.mmap(self._raw.fileno(), 0, access=mmap.ACCESS_READ) as data:
             start = 0
             while start < size:
-                stop = data.find(b"\n", min(start + max_bytes, size) - 1)
+                length = max_bytes
+                if workers > 1:
+                    length = max(min(length, (size - start) // (2 * workers)), MIN_RANGE)
+                stop = data.find(b"\n", min(start + length, size) - 1)
                 stop = size if stop < 0 else stop + 1
                 yield FileRange(self.path, start, stop - start)
                 self.position = stop

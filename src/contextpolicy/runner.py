@@ -3,19 +3,22 @@
 Each line is a transcript (``{"id": ..., "messages": [...]}``, turned into a plan by
 ``ContextPlan.from_messages``) or a plan (``{"fragments": [...]}``). The output line has the
 input's shape: the transcript's ``messages`` (or the plan's ``fragments``) replaced by the result,
-every other key kept. Lines go through worker processes in batches and come back in input order,
-so ``--jobs 2`` writes exactly the bytes ``--jobs 1`` does.
+every other key kept. With ``--jobs N`` the lines are shared out in batches between processes
+and come back in input order, so ``--jobs 2`` writes exactly the bytes ``--jobs 1`` does.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gc
+import itertools
 import mmap
 import multiprocessing
+import signal
 import sys
+import traceback
 from collections import Counter, deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,6 +35,13 @@ __all__ = ["LineError", "LineResult", "Summary", "process_lines"]
 
 BATCH_LINES = 64
 BATCH_BYTES = 4 << 20
+# Ranges queued for each worker process, so that it never waits for the next one.
+QUEUED = 2
+# While the main process works through a range itself, it collects finished ranges from the
+# workers after about this much input, so a worker is never left waiting to hand one over.
+POLL_BYTES = 256 << 10
+# A worker's finished ranges wait in a pipe this large (where the system allows it).
+PIPE_BYTES = 1 << 20
 # A parsed transcript is thousands of acyclic dicts and lists that reference counting frees the
 # moment the line is done; collecting after every 700 of them (the default) only walks them in
 # vain. Cycles are still collected, every this many container allocations.
@@ -161,7 +171,9 @@ class _Worker:
 
     def __init__(self, policy: dict[str, Any], with_reports: bool) -> None:
         self.policy = validate_context_policy(policy)
+        self.policy_doc = policy
         self.with_reports = with_reports
+        self._maps: dict[str, mmap.mmap] = {}
         # A transcript too short to have a history still goes through a policy that trims one:
         # its history is empty, and nothing is there to trim.
         doc = self.policy.to_json_dict()
@@ -229,9 +241,25 @@ class _Worker:
             line.report = orjson.dumps(entry)
         return line
 
-    def batch(self, batch: list[tuple[int, bytes]] | FileRange) -> tuple[int, list[LineResult]]:
+    def close(self) -> None:
+        """Unmap the files mapped so far (a mapping whose lines are still referenced, by the
+        traceback of an error, is unmapped when they are released)."""
+        for data in self._maps.values():
+            with contextlib.suppress(BufferError):
+                data.close()
+        self._maps.clear()
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        # A spawned worker process validates the policy again from the document.
+        return (_Worker, (self.policy_doc, self.with_reports))
+
+    def batch(
+        self, batch: list[tuple[int, bytes]] | FileRange,
+        between: Callable[[], None] | None = None,
+    ) -> tuple[int, list[LineResult]]:
         """Results of a batch, and how many lines it spanned (line numbers within a file range
-        count from 1; the caller, who knows where the range starts, makes them absolute)."""
+        count from 1; the caller, who knows where the range starts, makes them absolute).
+        ``between`` is called after every ``POLL_BYTES`` or so of input."""
         if isinstance(batch, FileRange):
             data = self._maps.get(batch.path)
             if data is None:
@@ -239,19 +267,28 @@ class _Worker:
                     data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
                 self._maps[batch.path] = data
             count, lines = read_range(data, batch)
+        else:
+            count, lines = 0, batch  # type: ignore[assignment]
+        if between is None:
             return count, [self.line(number, raw) for number, raw in lines]
-        return 0, [self.line(number, raw) for number, raw in batch]
-
-    _maps: dict[str, mmap.mmap]
+        results = []
+        seen = 0
+        for number, raw in lines:
+            results.append(self.line(number, raw))
+            seen += len(raw)
+            if seen >= POLL_BYTES:
+                seen = 0
+                between()
+        return count, results
 
 
 _WORKER: _Worker | None = None
 
 
-def _init_worker(policy: dict[str, Any], with_reports: bool) -> None:
+def _init_worker(worker: _Worker) -> None:
     global _WORKER
-    _WORKER = _Worker(policy, with_reports)
-    _WORKER._maps = {}
+    _WORKER = worker
+    worker._maps = {}
     # A worker lives for one run: the collector settings of _streaming_gc, for good.
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
@@ -276,8 +313,14 @@ def process_lines(
     jobs: int = 1,
     with_reports: bool = False,
     on_batch: Callable[[], None] | None = None,
-) -> Iterator[LineResult]:
-    """Results for every line, in input order, computed by ``jobs`` processes."""
+) -> Generator[LineResult, None, None]:
+    """Results for every line, in input order, computed by ``jobs`` processes.
+
+    The ranges of a file (``InputFile.ranges``) are shared between this process and
+    ``jobs - 1`` worker processes, each of which maps the file itself. Lines read from a stream
+    go to ``jobs`` worker processes, while this one reads (and decompresses) the input.
+    """
+    worker = _Worker(policy, with_reports)  # an invalid policy fails here, before any work
     base = 0
 
     def absolute(spanned: int, results: list[LineResult]) -> list[LineResult]:
@@ -290,20 +333,26 @@ def process_lines(
         base += spanned
         return results
 
-    with _streaming_gc():
+    with _streaming_gc(), contextlib.closing(worker):
         if jobs <= 1:
-            yield from _in_process(batches, policy, with_reports, absolute, on_batch)
+            yield from _in_process(batches, worker, absolute, on_batch)
+            return
+        iterator = iter(batches)
+        first = next(iterator, None)
+        if first is None:
+            return
+        rest: Iterator[Any] = itertools.chain([first], iterator)
+        if isinstance(first, FileRange):
+            yield from _share_ranges(rest, worker, jobs, absolute, on_batch)
         else:
-            yield from _in_workers(batches, policy, jobs, with_reports, absolute, on_batch)
+            yield from _in_workers(rest, worker, jobs, absolute, on_batch)
 
 
 def _in_process(
-    batches: Iterable[Any], policy: dict[str, Any], with_reports: bool,
+    batches: Iterable[Any], worker: _Worker,
     absolute: Callable[[int, list[LineResult]], list[LineResult]],
     on_batch: Callable[[], None] | None,
 ) -> Iterator[LineResult]:
-    worker = _Worker(policy, with_reports)
-    worker._maps = {}
     for batch in batches:
         yield from absolute(*worker.batch(batch))
         if on_batch is not None:
@@ -311,7 +360,7 @@ def _in_process(
 
 
 def _in_workers(
-    batches: Iterable[Any], policy: dict[str, Any], jobs: int, with_reports: bool,
+    batches: Iterable[Any], worker: _Worker, jobs: int,
     absolute: Callable[[int, list[LineResult]], list[LineResult]],
     on_batch: Callable[[], None] | None,
 ) -> Iterator[LineResult]:
@@ -320,7 +369,7 @@ def _in_workers(
     # parent's objects frozen (_streaming_gc): their collector never walks, and so never
     # copies, them.
     in_flight = jobs * 3
-    pool = _context().Pool(jobs, initializer=_init_worker, initargs=(policy, with_reports))
+    pool = _context().Pool(jobs, initializer=_init_worker, initargs=(worker,))
     with pool:
         pending: deque[Any] = deque()
         try:
@@ -337,3 +386,156 @@ def _in_workers(
         except BaseException:
             pool.terminate()
             raise
+
+
+class _Child:
+    """A worker process of ``_share_ranges``: file ranges go in through one pipe, their results
+    come back through another, in the order the ranges were sent."""
+
+    def __init__(self, ctx: Any, worker: _Worker) -> None:
+        tasks_out, tasks_in = ctx.Pipe(duplex=False)
+        results_out, results_in = ctx.Pipe(duplex=False)
+        _enlarge(results_in)
+        self.process = ctx.Process(
+            target=_child_main, args=(tasks_out, results_in, worker), daemon=True,
+            name="contextpolicy-worker",
+        )
+        self.process.start()
+        tasks_out.close()
+        results_in.close()
+        self.tasks = tasks_in
+        self.results = results_out
+        self.pending: deque[int] = deque()
+        self.released = False
+
+    def release(self) -> None:
+        """No more ranges: the worker exits (while this process finishes its own)."""
+        if not self.released:
+            self.released = True
+            with contextlib.suppress(OSError):
+                self.tasks.send(None)
+            self.tasks.close()
+
+    def stop(self, *, kill: bool) -> None:
+        if kill and self.process.is_alive():
+            self.process.terminate()
+        self.release()
+        self.process.join()
+        self.results.close()
+
+
+def _enlarge(conn: Any) -> None:
+    try:
+        import fcntl
+    except ImportError:  # Windows
+        return
+    setpipe = getattr(fcntl, "F_SETPIPE_SZ", None)  # Linux
+    if setpipe is not None:
+        with contextlib.suppress(OSError):
+            fcntl.fcntl(conn.fileno(), setpipe, PIPE_BYTES)
+
+
+def _child_main(tasks: Any, results: Any, worker: _Worker) -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C, and stops us
+    worker._maps = {}
+    gc.freeze()
+    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    while True:
+        try:
+            task = tasks.recv()
+        except EOFError:
+            return
+        if task is None:
+            return
+        index, batch = task
+        message: tuple[int, Any, str | None]
+        try:
+            message = (index, worker.batch(batch), None)
+        except BaseException:
+            message = (index, None, traceback.format_exc())
+        results.send(message)
+
+
+def _share_ranges(
+    batches: Iterator[FileRange], worker: _Worker, jobs: int,
+    absolute: Callable[[int, list[LineResult]], list[LineResult]],
+    on_batch: Callable[[], None] | None,
+) -> Iterator[LineResult]:
+    """File ranges shared between ``jobs - 1`` worker processes and this one. A range is a few
+    bytes to send, so the workers are kept supplied without ever blocking this process, which
+    works through the ranges nobody else is waiting for."""
+    from multiprocessing.connection import wait
+
+    ctx = _context()
+    children: list[_Child] = []
+    done: dict[int, tuple[int, list[LineResult]]] = {}
+    sent = 0
+    more = True
+
+    def feed() -> None:
+        nonlocal sent, more
+        for child in children:
+            while more and len(child.pending) < QUEUED:
+                batch = next(batches, None)
+                if batch is None:
+                    more = False
+                    return
+                child.tasks.send((sent, batch))
+                child.pending.append(sent)
+                sent += 1
+        if not more:
+            for child in children:
+                if not child.pending:
+                    child.release()
+
+    def collect(child: _Child) -> None:
+        try:
+            index, result, failure = child.results.recv()
+        except EOFError:
+            raise RuntimeError(
+                f"a worker process exited unexpectedly (exit code {child.process.exitcode})"
+            ) from None
+        if failure is not None:
+            raise RuntimeError(f"a worker process failed:\n{failure}")
+        assert index == child.pending.popleft()
+        done[index] = result
+
+    def drain() -> None:
+        for child in children:
+            while child.pending and child.results.poll():
+                collect(child)
+        feed()
+
+    failed = True
+    try:
+        for _ in range(jobs - 1):
+            children.append(_Child(ctx, worker))
+        feed()
+        given = 0
+        while True:
+            while given in done:
+                yield from absolute(*done.pop(given))
+                given += 1
+                if on_batch is not None:
+                    on_batch()
+            if more and len(done) < jobs * QUEUED:
+                batch = next(batches, None)
+                if batch is None:
+                    more = False
+                else:
+                    index = sent
+                    sent += 1
+                    done[index] = worker.batch(batch, between=drain)
+                    drain()
+                    continue
+            busy = [child for child in children if child.pending]
+            if not busy:
+                break
+            for conn in wait([child.results for child in busy]):
+                collect(next(child for child in busy if child.results is conn))
+            feed()
+        failed = False
+    finally:
+        worker.close()  # while the workers exit
+        for child in children:
+            child.stop(kill=failed)

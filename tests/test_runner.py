@@ -1,0 +1,235 @@
+"""The engine behind ``contextpolicy reduce``: a file's ranges shared between this process and
+worker processes, results in input order whatever the number of jobs, and workers that are
+stopped (never left behind) when a run fails, is interrupted or is abandoned."""
+
+from __future__ import annotations
+
+import gc
+import itertools
+import json
+import multiprocessing
+import os
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextpolicy import runner
+from contextpolicy.errors import ContextPolicyError
+from contextpolicy.jsonl import MIN_RANGE, FileRange, InputFile
+from contextpolicy.runner import process_lines
+from contextpolicy.synthetic import make_transcript
+
+EXAMPLES = resources.files("contextpolicy").joinpath("examples")
+POLICY = json.loads(EXAMPLES.joinpath("policy-reduce.json").read_text())
+PLAN = json.loads(EXAMPLES.joinpath("plan.json").read_text())
+
+
+def corpus_lines(n: int, seed: int = 0) -> list[bytes]:
+    """Transcripts of varied length, a plan, and lines that fail (skipped, with their reason)."""
+    rng = np.random.default_rng(seed)
+    lines = [
+        json.dumps({"id": f"c{i}", "messages": make_transcript(int(rng.integers(4, 120)),
+                                                               seed=seed * 100 + i)}).encode()
+        for i in range(n)
+    ]
+    lines[n // 3] = json.dumps({"id": "p", **PLAN}).encode()
+    lines[n // 2] = b'{"id": "broken", "messages": ['
+    lines[n // 2 + 1] = b'{"id": "x", "turns": []}'
+    lines.insert(n // 4, b"   ")  # a blank line counts for the line numbers, and is skipped
+    return lines
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    path = tmp_path_factory.mktemp("runner") / "corpus.jsonl"
+    path.write_bytes(b"\n".join(corpus_lines(40)) + b"\n")
+    return path
+
+
+def ranges(path: Path, max_bytes: int, workers: int = 1) -> list[FileRange]:
+    with InputFile(str(path)) as source:
+        return list(source.ranges(max_bytes, workers=workers))
+
+
+def outcome(path: Path, max_bytes: int, jobs: int) -> list[tuple]:
+    with InputFile(str(path)) as source:
+        return [
+            (r.line, r.output, r.report, r.figures, r.error, r.violation)
+            for r in process_lines(source.ranges(max_bytes, workers=jobs), POLICY, jobs=jobs,
+                                   with_reports=True)
+        ]
+
+
+def no_workers_left() -> bool:
+    return multiprocessing.active_children() == []
+
+
+# ---------------------------------------------------------------------------------------------
+# ranges
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4])
+def test_ranges_are_whole_lines_that_cover_the_file(tmp_path, workers):
+    rng = np.random.default_rng(3)
+    data = b"".join(b"x" * int(rng.integers(0, 3000)) + b"\n" for _ in range(3000))
+    data += b"no newline at the end"
+    path = tmp_path / "lines.jsonl"
+    path.write_bytes(data)
+    parts = ranges(path, 40_000, workers)
+    assert parts[0].offset == 0
+    assert all(a.offset + a.length == b.offset for a, b in itertools.pairwise(parts))
+    assert parts[-1].offset + parts[-1].length == len(data)
+    assert all(data[p.offset + p.length - 1:p.offset + p.length] == b"\n" for p in parts[:-1])
+
+
+def test_ranges_shrink_toward_the_end_for_several_workers(tmp_path):
+    line = b"y" * 999 + b"\n"  # 1,000 bytes
+    path = tmp_path / "even.jsonl"
+    path.write_bytes(line * 3000)  # 3 MB
+    max_bytes, size = 512_000, 3_000_000
+    one = ranges(path, max_bytes, 1)
+    two = ranges(path, max_bytes, 2)
+    # One worker: ranges of max_bytes (rounded up to the end of a line), the rest at the end.
+    assert [p.length for p in one] == [512_000] * 5 + [440_000]
+    # Two workers: no range is more than a quarter of what remains (rounded up to a line),
+    # nor less than MIN_RANGE, until the last.
+    for p in two[:-1]:
+        share = min(max_bytes, (size - p.offset) // 4)
+        assert max(share, MIN_RANGE) <= p.length < max(share, MIN_RANGE) + len(line)
+    lengths = [p.length for p in two]
+    assert lengths == sorted(lengths, reverse=True)
+    assert lengths[0] == 512_000 and lengths[-1] <= MIN_RANGE + len(line)
+    assert len(two) > len(one)
+
+
+# ---------------------------------------------------------------------------------------------
+# the same results, however the work is shared
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_shared_ranges_give_exactly_the_results_of_one_process(corpus, jobs):
+    expected = outcome(corpus, 8_000, 1)
+    assert outcome(corpus, 8_000, jobs) == expected
+    # The corpus holds what every line can become: reduced, skipped with a reason, a plan.
+    errors = [(line, error) for line, _, _, _, error, _ in expected if error is not None]
+    assert [line for line, _ in errors] == [22, 23]  # after the blank line 11
+    assert "invalid JSON" in errors[0][1] and "the object has keys: id, turns" in errors[1][1]
+    assert len(expected) == 40  # 41 lines, one of them blank
+    assert any(json.loads(out).get("fragments") for _, out, *_ in expected if out)
+    assert sum(figures["triggered"] for _, _, _, figures, _, _ in expected if figures) > 0
+    assert no_workers_left()
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(max_bytes=st.integers(1, 60_000), jobs=st.integers(2, 4))
+def test_any_range_size_and_job_count_give_the_results_of_one_process(corpus, max_bytes, jobs):
+    # Module-scoped corpus; hypothesis varies how it is cut and shared.
+    assert outcome(corpus, max_bytes, jobs) == outcome(corpus, max_bytes, 1)
+    assert no_workers_left()
+
+
+@pytest.fixture
+def forked():
+    """Patches of the worker reach worker processes only when they are forked."""
+    if runner._context().get_start_method() != "fork":
+        pytest.skip("worker processes are spawned here, and a patch does not reach them")
+
+
+def test_the_ranges_are_shared_between_this_process_and_the_workers(corpus, tmp_path,
+                                                                     monkeypatch, forked):
+    log = tmp_path / "pids"
+    original = runner._Worker.batch
+
+    def batch(self, task, between=None):
+        with open(log, "a") as fh:
+            fh.write(f"{os.getpid()}\n")
+        return original(self, task, between)
+
+    monkeypatch.setattr(runner._Worker, "batch", batch)
+    shared = outcome(corpus, 4_000, 3)
+    pids = log.read_text().split()
+    assert len(pids) == len(ranges(corpus, 4_000, 3))  # each range once
+    assert str(os.getpid()) in pids and len(set(pids)) == 3  # here and in two workers
+    assert shared == outcome(corpus, 4_000, 1)
+
+
+# ---------------------------------------------------------------------------------------------
+# failures and interruptions stop the workers
+
+
+def in_a_worker(action):
+    parent = os.getpid()
+    original = runner._Worker.line
+
+    def line(self, number, raw):
+        if os.getpid() != parent:
+            action()
+        return original(self, number, raw)
+
+    return line
+
+
+def fail():
+    raise ValueError("a bug in a worker")
+
+
+def test_a_worker_that_fails_stops_the_run_with_its_traceback(corpus, monkeypatch, forked):
+    monkeypatch.setattr(runner._Worker, "line", in_a_worker(fail))
+    before = gc.get_threshold()
+    with pytest.raises(RuntimeError, match="a worker process failed") as info:
+        outcome(corpus, 8_000, 2)
+    assert "ValueError: a bug in a worker" in str(info.value)
+    assert no_workers_left() and gc.get_threshold() == before
+
+
+def test_a_worker_that_dies_stops_the_run_with_its_exit_code(corpus, monkeypatch, forked):
+    monkeypatch.setattr(runner._Worker, "line", in_a_worker(lambda: os._exit(3)))
+    with pytest.raises(RuntimeError, match=r"a worker process exited unexpectedly \(exit code 3\)"):
+        outcome(corpus, 8_000, 2)
+    assert no_workers_left()
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt, GeneratorExit])
+def test_an_interrupted_or_abandoned_run_stops_its_workers(corpus, exception):
+    with InputFile(str(corpus)) as source:
+        results = process_lines(source.ranges(4_000, workers=2), POLICY, jobs=2)
+        assert next(results).line == 1
+        assert len(multiprocessing.active_children()) == 1
+        if exception is GeneratorExit:
+            results.close()
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                results.throw(KeyboardInterrupt())
+    assert no_workers_left()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_invalid_policy_fails_before_any_work(jobs):
+    bad = {**POLICY, "steps": [{"kind": "trim"}]}
+    with pytest.raises(ContextPolicyError):
+        next(process_lines([], bad, jobs=jobs))
+    assert no_workers_left()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch, jobs):
+    # The lines of the range being worked on are still referenced by the traceback when the
+    # run cleans up; unmapping the file must not replace the interrupt with an error of its own.
+    original = runner._Worker.line
+    seen = []
+
+    def line(self, number, raw):
+        seen.append(number)
+        if len(seen) == 3 and os.getpid() == parent:
+            raise KeyboardInterrupt
+        return original(self, number, raw)
+
+    parent = os.getpid()
+    monkeypatch.setattr(runner._Worker, "line", line)
+    with pytest.raises(KeyboardInterrupt):
+        outcome(corpus, 200_000, jobs)
+    assert no_workers_left()
