@@ -296,6 +296,42 @@ def test_ctrl_c_on_a_file_stops_the_workers_and_leaves_no_report(workdir, jobs):
     assert not any(running(pid) for pid in workers)
 
 
+def read_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
+    """Run with standard error on a pseudo-terminal; its exit status and what it showed there."""
+    import pty
+
+    leader, follower = pty.openpty()
+    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=follower, env={**os.environ, "TERM": "xterm", "COLUMNS": "100"})
+    os.close(follower)
+    shown = b""
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:  # the terminal is closed: the run has ended
+            break
+        if not chunk:
+            break
+        shown += chunk
+    os.close(leader)
+    return proc.wait(timeout=60), shown.decode("utf-8", "replace")
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_progress_bar_on_a_terminal_and_none_on_a_pipe(workdir, jobs):
+    write_corpus(workdir / "in.jsonl", 60)
+    args = [str(SCRIPT), "reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
+            "--jobs", jobs]
+    status, shown = read_terminal(args, workdir)
+    assert status == 0, shown
+    assert "reducing" in shown and "━" in shown  # the bar, drawn and then cleared
+    assert "conversations" in shown and "wrote out.jsonl" in shown
+    piped = run(*args[1:], cwd=workdir)
+    assert piped.returncode == 0
+    assert b"reducing" not in piped.stderr and "━".encode() not in piped.stderr
+    assert b"conversations" in piped.stderr  # the summary table only
+
+
 def test_audit_violation_exit_status_in_reduce(workdir):
     plan = json.loads((EXAMPLES / "audit-plan.json").read_text())
     (workdir / "plans.jsonl").write_text(json.dumps(plan) + "\n")

@@ -20,6 +20,7 @@ __all__ = ["main"]
 
 EXAMPLE_CORPUS = "transcripts.jsonl"
 EXAMPLE_POLICY = "policy-reduce.json"
+REFRESH_SECONDS = 0.1  # of the progress bar
 
 
 class CliError(Exception):
@@ -232,15 +233,24 @@ class _Progress:
         )
 
         self.source = source
+        # Refreshed from here rather than by a thread of rich's: worker processes are forked
+        # while the bar shows, and a fork is safe only while this is the one thread.
         self.progress = Progress(
             "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
             TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
+            auto_refresh=False,
         )
         self.task = self.progress.add_task("reducing", total=source.size)
         self.progress.start()
+        self.progress.refresh()
+        self.shown = time.monotonic()
 
     def update(self) -> None:
         self.progress.update(self.task, completed=self.source.position)
+        now = time.monotonic()
+        if now - self.shown >= REFRESH_SECONDS:
+            self.progress.refresh()
+            self.shown = now
 
     def stop(self) -> None:
         self.progress.stop()
