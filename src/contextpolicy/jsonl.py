@@ -13,10 +13,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, BinaryIO, NamedTuple, cast
 
-__all__ = ["AtomicOutput", "FileRange", "InputFile", "batched_lines", "read_range"]
+__all__ = [
+    "AtomicOutput", "FileRange", "InputFile", "batched_lines", "map_range", "read_range",
+]
 
 GZIP_MAGIC = b"\x1f\x8b"
 READ_BLOCK = 8 << 20
+SCAN_BLOCK = 64 << 10  # read at a time, looking for the end of a line
 MIN_RANGE = 64 << 10  # the smallest range handed out near the end of a file
 
 
@@ -26,6 +29,15 @@ class FileRange(NamedTuple):
     path: str
     offset: int
     length: int
+
+
+def map_range(fileno: int, task: FileRange) -> tuple[mmap.mmap, FileRange]:
+    """A read-only mapping of the pages that hold ``task`` (and no others), and where in the
+    mapping the range lies."""
+    start = task.offset - task.offset % mmap.ALLOCATIONGRANULARITY
+    data = mmap.mmap(fileno, task.offset + task.length - start, offset=start,
+                     access=mmap.ACCESS_READ)
+    return data, FileRange(task.path, task.offset - start, task.length)
 
 
 def read_range(data: mmap.mmap, task: FileRange) -> tuple[int, list[tuple[int, memoryview]]]:
@@ -127,19 +139,28 @@ class InputFile:
         """
         assert self.seekable
         size = self.size or 0
-        if size == 0:
-            return
-        with mmap.mmap(self._raw.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            start = 0
-            while start < size:
-                length = max_bytes
-                if workers > 1:
-                    length = max(min(length, (size - start) // (2 * workers)), MIN_RANGE)
-                stop = data.find(b"\n", min(start + length, size) - 1)
-                stop = size if stop < 0 else stop + 1
-                yield FileRange(self.path, start, stop - start)
-                self.position = stop
-                start = stop
+        start = 0
+        while start < size:
+            length = max_bytes
+            if workers > 1:
+                length = max(min(length, (size - start) // (2 * workers)), MIN_RANGE)
+            stop = self._line_end(min(start + length, size) - 1, size)
+            yield FileRange(self.path, start, stop - start)
+            self.position = stop
+            start = stop
+
+    def _line_end(self, position: int, size: int) -> int:
+        """Where the line that holds ``position`` ends (just past its newline, or the size)."""
+        self._raw.seek(position)
+        while position < size:
+            block = self._raw.read(SCAN_BLOCK)
+            if not block:
+                break
+            at = block.find(b"\n")
+            if at >= 0:
+                return position + at + 1
+            position += len(block)
+        return size
 
     def close(self) -> None:
         if self._stream is not self._raw:

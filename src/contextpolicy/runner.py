@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import mmap
 import multiprocessing
+import os
 import signal
 import sys
 import traceback
@@ -26,13 +26,14 @@ import orjson
 
 from .core import process_context
 from .errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
-from .jsonl import FileRange, read_range
+from .jsonl import FileRange, map_range, read_range
 from .plan import ContextPlan, Fragment, as_plan
 from .policy import validate_context_policy
 from .report import ContextReport
 
 __all__ = ["LineError", "LineResult", "Summary", "process_lines"]
 
+O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
 BATCH_LINES = 64
 BATCH_BYTES = 4 << 20
 # Ranges queued for each worker process, so that it never waits for the next one.
@@ -173,7 +174,7 @@ class _Worker:
         self.policy = validate_context_policy(policy)
         self.policy_doc = policy
         self.with_reports = with_reports
-        self._maps: dict[str, mmap.mmap] = {}
+        self._files: dict[str, int] = {}  # open input files, by path
         # A transcript too short to have a history still goes through a policy that trims one:
         # its history is empty, and nothing is there to trim.
         doc = self.policy.to_json_dict()
@@ -242,12 +243,10 @@ class _Worker:
         return line
 
     def close(self) -> None:
-        """Unmap the files mapped so far (a mapping whose lines are still referenced, by the
-        traceback of an error, is unmapped when they are released)."""
-        for data in self._maps.values():
-            with contextlib.suppress(BufferError):
-                data.close()
-        self._maps.clear()
+        """Close the input files opened so far."""
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A spawned worker process validates the policy again from the document.
@@ -260,17 +259,28 @@ class _Worker:
         """Results of a batch, and how many lines it spanned (line numbers within a file range
         count from 1; the caller, who knows where the range starts, makes them absolute).
         ``between`` is called after every ``POLL_BYTES`` or so of input."""
-        if isinstance(batch, FileRange):
-            data = self._maps.get(batch.path)
-            if data is None:
-                with open(batch.path, "rb") as fh:
-                    data = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-                self._maps[batch.path] = data
-            count, lines = read_range(data, batch)
-        else:
-            count, lines = 0, batch  # type: ignore[assignment]
+        if not isinstance(batch, FileRange):
+            return 0, self._lines(batch, between)
+        fd = self._files.get(batch.path)
+        if fd is None:
+            fd = self._files[batch.path] = os.open(batch.path, os.O_RDONLY | O_BINARY)
+        # Only this range is mapped, and only while its lines are parsed in place: however long
+        # the file, what is mapped never adds up.
+        data, where = map_range(fd, batch)
+        try:
+            count, lines = read_range(data, where)
+            results = self._lines(lines, between)
+            del lines
+        finally:
+            with contextlib.suppress(BufferError):  # the lines are held by an error's traceback
+                data.close()
+        return count, results
+
+    def _lines(
+        self, lines: Iterable[tuple[int, bytes | memoryview]], between: Callable[[], None] | None,
+    ) -> list[LineResult]:
         if between is None:
-            return count, [self.line(number, raw) for number, raw in lines]
+            return [self.line(number, raw) for number, raw in lines]
         results = []
         seen = 0
         for number, raw in lines:
@@ -279,7 +289,7 @@ class _Worker:
             if seen >= POLL_BYTES:
                 seen = 0
                 between()
-        return count, results
+        return results
 
 
 _WORKER: _Worker | None = None
@@ -288,7 +298,7 @@ _WORKER: _Worker | None = None
 def _init_worker(worker: _Worker) -> None:
     global _WORKER
     _WORKER = worker
-    worker._maps = {}
+    worker._files = {}
     # A worker lives for one run: the collector settings of _streaming_gc, for good.
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
@@ -437,7 +447,7 @@ def _enlarge(conn: Any) -> None:
 
 def _child_main(tasks: Any, results: Any, worker: _Worker) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C, and stops us
-    worker._maps = {}
+    worker._files = {}
     gc.freeze()
     gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
     while True:
