@@ -129,8 +129,8 @@ class InputFile:
         return self.size is not None
 
     def ranges(self, max_bytes: int, *, workers: int = 1) -> Iterator[FileRange]:
-        """Consecutive ranges of about ``max_bytes`` of whole lines. Workers map the file and
-        parse the lines in place, so no line is copied or sent through a pipe; here only the
+        """Consecutive ranges of about ``max_bytes`` of whole lines. Workers map a range and
+        parse its lines in place, so no line is copied or sent through a pipe; here only the
         line ends at the range boundaries are looked up.
 
         With several ``workers``, the ranges shrink toward the end of the file (none is more
