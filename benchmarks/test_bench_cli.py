@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import json
 import mmap
+import multiprocessing
 import statistics
+import sys
 import time
 
 import numpy as np
@@ -19,7 +21,7 @@ from contextpolicy.synthetic import make_transcript
 from .conftest import SEED_POLICY, measuring
 
 DISTINCT = 120  # distinct transcripts, repeated (with their own ids) up to the corpus size
-ROUNDS = 25  # of the interleaved trio: this machine's speed swings by a third from minute to minute
+ROUNDS = 25  # interleaved: this machine's speed swings by a third from minute to minute
 
 
 @pytest.fixture(scope="session")
@@ -66,9 +68,22 @@ def parse_all(path):
     return n
 
 
-def reduce_args(folder, path, jobs):
+def reduce_args(folder, path, jobs, out=None):
     return ["reduce", str(path), "--policy", str(folder / "policy.json"),
-            "-o", str(folder / f"out{jobs}.jsonl"), "-q", "--jobs", str(jobs)]
+            "-o", str(folder / (out or f"out{jobs}.jsonl")), "-q", "--jobs", str(jobs)]
+
+
+def side_by_side(folder, path):
+    """Two independent `reduce --jobs 1` runs started together in two processes: what the
+    machine gives two processes at this moment, the ceiling for --jobs 2."""
+    ctx = multiprocessing.get_context("fork" if sys.platform == "linux" else "spawn")
+    runs = [ctx.Process(target=main, args=(reduce_args(folder, path, 1, f"twin{i}.jsonl"),))
+            for i in range(2)]
+    for run in runs:
+        run.start()
+    for run in runs:
+        run.join()
+        assert run.exitcode == 0
 
 
 def test_orjson_loads_floor(benchmark, corpus):
@@ -88,19 +103,20 @@ def test_reduce_command(benchmark, corpus, jobs):
 
 
 def test_reduce_ratios_interleaved(benchmark, corpus, request):
-    """The floor, --jobs 1 and --jobs 2 timed one after another in every round (their order
-    rotating from round to round), so that a noisy neighbour slows all three alike; the ratios
-    are the medians over the rounds."""
+    """The floor, --jobs 1, --jobs 2 and two --jobs 1 side by side timed one after another in
+    every round (their order rotating from round to round), so that a noisy neighbour slows
+    them all alike; the ratios are the medians over the rounds."""
     folder, path, size, count = corpus
     commands = {
         "floor": lambda: parse_all(path),
         "jobs1": lambda: main(reduce_args(folder, path, 1)),
         "jobs2": lambda: main(reduce_args(folder, path, 2)),
+        "twins": lambda: side_by_side(folder, path),
     }
     names = list(commands)
     rounds: list[dict[str, float]] = []
 
-    def trio():
+    def one_round():
         k = len(rounds) % len(names)
         times = {}
         for name in names[k:] + names[:k]:
@@ -109,12 +125,14 @@ def test_reduce_ratios_interleaved(benchmark, corpus, request):
             times[name] = time.perf_counter() - start
         rounds.append(times)
 
-    label(benchmark, corpus, "interleaved-trio")
-    benchmark.pedantic(trio, rounds=ROUNDS, iterations=1)
+    label(benchmark, corpus, "interleaved")
+    benchmark.pedantic(one_round, rounds=ROUNDS, iterations=1)
     benchmark.extra_info["ratios"] = {
         "jobs1 throughput / orjson.loads": statistics.median(r["floor"] / r["jobs1"]
                                                              for r in rounds),
         "jobs2 speedup over jobs1": statistics.median(r["jobs1"] / r["jobs2"] for r in rounds),
+        "ceiling: 2 x jobs1 / two jobs1 side by side": statistics.median(
+            2 * r["jobs1"] / r["twins"] for r in rounds),
     }
     benchmark.extra_info["rounds"] = rounds
     assert len(rounds) == (ROUNDS if measuring(request.config) else 1)
