@@ -502,6 +502,7 @@ def _share_ranges(
         try:
             index, result, failure = child.results.recv()
         except EOFError:
+            child.process.join(timeout=10)  # its pipe closed as it exited: collect its status
             raise RuntimeError(
                 f"a worker process exited unexpectedly (exit code {child.process.exitcode})"
             ) from None
