@@ -281,7 +281,8 @@ def running(pid: int) -> bool:
 def test_ctrl_c_on_a_file_stops_the_workers_and_leaves_no_report(workdir, jobs):
     # Nobody reads the output, so the run is certainly still going (blocked writing it, its
     # workers waiting to hand over more) when the interrupt comes.
-    write_corpus(workdir / "in.jsonl", 300)
+    write_corpus(workdir / "some.jsonl", 20)
+    (workdir / "in.jsonl").write_bytes((workdir / "some.jsonl").read_bytes() * 15)
     proc = interruptible(workdir, "in.jsonl", "--report", "r.json", "--jobs", jobs)
     assert proc.stdout.read(1) == b"{"  # reducing has begun
     time.sleep(0.5)
@@ -319,7 +320,8 @@ def read_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
 
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_progress_bar_on_a_terminal_and_none_on_a_pipe(workdir, jobs):
-    write_corpus(workdir / "in.jsonl", 60)
+    write_corpus(workdir / "some.jsonl", 10)
+    (workdir / "in.jsonl").write_bytes((workdir / "some.jsonl").read_bytes() * 6)
     args = [str(SCRIPT), "reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
             "--jobs", jobs]
     status, shown = read_terminal(args, workdir)
