@@ -547,6 +547,5 @@ def _share_ranges(
             feed()
         failed = False
     finally:
-        worker.close()  # while the workers exit
         for child in children:
             child.stop(kill=failed)
