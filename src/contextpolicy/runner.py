@@ -242,6 +242,14 @@ class _Worker:
             line.report = orjson.dumps(entry)
         return line
 
+    def in_worker_process(self) -> _Worker:
+        """Set up a worker process, which lives for one run: input files of its own, and the
+        collector settings of ``_streaming_gc`` for good."""
+        self._files = {}
+        gc.freeze()
+        gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+        return self
+
     def close(self) -> None:
         """Close the input files opened so far."""
         for fd in self._files.values():
@@ -297,11 +305,7 @@ _WORKER: _Worker | None = None
 
 def _init_worker(worker: _Worker) -> None:
     global _WORKER
-    _WORKER = worker
-    worker._files = {}
-    # A worker lives for one run: the collector settings of _streaming_gc, for good.
-    gc.freeze()
-    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    _WORKER = worker.in_worker_process()
 
 
 def _work(batch: list[tuple[int, bytes]] | FileRange) -> tuple[int, list[LineResult]]:
@@ -447,9 +451,7 @@ def _enlarge(conn: Any) -> None:
 
 def _child_main(tasks: Any, results: Any, worker: _Worker) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C, and stops us
-    worker._files = {}
-    gc.freeze()
-    gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
+    worker.in_worker_process()
     while True:
         try:
             task = tasks.recv()
