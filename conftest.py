@@ -1,8 +1,22 @@
-"""Options shared by the test suite and the benchmarks."""
+"""Options and kernel fixtures shared by the test suite and the benchmarks.
+
+``kernel`` is each kernel module in turn (ids ``c`` and ``py``), for tests of the kernel's own
+functions. ``pipeline_kernel`` makes each kernel the live one for a whole module, so that
+``process_context`` and everything above it run on the compiled kernel and on the twin in one
+pytest run. A missing compiled module is an error, never a silent skip, unless
+``--no-c-extensions`` is given (which deselects the ``c`` parameter).
+"""
 
 from __future__ import annotations
 
+import importlib
+from collections.abc import Iterator
+from types import ModuleType
+
 import pytest
+
+KERNEL_MODULES = {"c": "contextpolicy._kernel_c", "py": "contextpolicy._kernel_py"}
+KERNEL_PARAMS = [pytest.param("c", marks=pytest.mark.c_extension), "py"]
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -21,3 +35,33 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if dropped:
         config.hook.pytest_deselected(items=dropped)
         items[:] = kept
+
+
+def load_kernel(name: str) -> ModuleType:
+    return importlib.import_module(KERNEL_MODULES[name])
+
+
+@pytest.fixture(scope="session", params=KERNEL_PARAMS)
+def kernel(request: pytest.FixtureRequest) -> ModuleType:
+    """Each kernel implementation in turn."""
+    return load_kernel(request.param)
+
+
+@pytest.fixture(scope="session")
+def kernels(request: pytest.FixtureRequest) -> list[ModuleType]:
+    """Every implementation that must agree (both, unless ``--no-c-extensions``)."""
+    names = ["py"] if request.config.getoption("--no-c-extensions") else ["c", "py"]
+    return [load_kernel(name) for name in names]
+
+
+@pytest.fixture(scope="module", params=KERNEL_PARAMS)
+def pipeline_kernel(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
+    """Each kernel in turn as the live kernel of the whole library, for a module's tests."""
+    from contextpolicy import _kernel
+
+    impl = load_kernel(request.param)
+    previous = _kernel.use(impl)
+    try:
+        yield impl
+    finally:
+        _kernel.use(previous)

@@ -8,6 +8,7 @@ that no wheel ships without its kernel by accident.
 
 import os
 import platform
+import runpy
 import sys
 
 from setuptools import Extension, setup
@@ -55,6 +56,41 @@ class BuildExt(build_ext):
         )
 
 
+GENERATED = os.path.join("build", "generated")
+
+
+def _tables_header():
+    """Write the kernel's C header of tables from ``contextpolicy/_tables.py``, their one
+    source; return the folder it is in."""
+    tables = runpy.run_path(os.path.join("src", "contextpolicy", "_tables.py"))
+    os.makedirs(GENERATED, exist_ok=True)
+    path = os.path.join(GENERATED, "_tables.h")
+    text = tables["c_header"]()
+    old = None
+    if os.path.exists(path):
+        with open(path, encoding="utf-8") as f:
+            old = f.read()
+    if old != text:  # rewritten only when it changes, so an unchanged build stays cached
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    return GENERATED
+
+
+def _compile_args():
+    if sys.platform == "win32":
+        return []
+    # -g0 last: no debug information in the shipped module, whatever CFLAGS Python was built with.
+    return ["-O3", "-g0"]
+
+
+def _link_args():
+    if sys.platform == "linux":
+        return ["-Wl,--strip-debug"]
+    if sys.platform == "darwin":
+        return ["-Wl,-S"]
+    return []
+
+
 def extensions():
     if PURE:
         _say("contextpolicy: CONTEXTPOLICY_PURE_PYTHON is set: building the pure-Python package")
@@ -73,8 +109,10 @@ def extensions():
     ext = Extension(
         "contextpolicy._kernel_c",
         ["csrc/_kernel_c.pyx"],
-        include_dirs=["csrc"],
-        extra_compile_args=[] if sys.platform == "win32" else ["-O3"],
+        include_dirs=["csrc", _tables_header()],
+        depends=[os.path.join(GENERATED, "_tables.h"), "csrc/utf8.h"],
+        extra_compile_args=_compile_args(),
+        extra_link_args=_link_args(),
     )
     return cythonize([ext], compiler_directives={"language_level": 3}, quiet=True)
 

@@ -1,5 +1,6 @@
 """Benchmark fixtures: seeded synthetic histories (loaded back from JSON, as an application
-holds them), the kernel implementations, and the sizes to run.
+holds them) and the sizes to run; the kernel fixtures (``kernel``, ``pipeline_kernel``) come
+from the root conftest.
 
 ``pytest benchmarks --benchmark-enable --benchmark-only`` measures at 10k, 100k and 1M
 messages; the test suite runs the same benchmarks once each, disabled, at 10k (correctness).
@@ -14,8 +15,11 @@ from typing import Any
 
 import pytest
 
-from contextpolicy.bench import SEED_POLICY  # noqa: F401  (shared with the benchmarks)
-from contextpolicy.synthetic import make_history, make_transcript
+from contextpolicy.synthetic import (
+    SEED_POLICY,  # noqa: F401  (shared with the benchmarks)
+    make_history,
+    make_transcript,
+)
 
 FULL_SIZES = [10_000, 100_000, 1_000_000]
 SMOKE_SIZES = [10_000]
@@ -33,9 +37,12 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         metafunc.parametrize("size", sizes, ids=[f"{n // 1000}k" for n in sizes], scope="session")
 
 
-@pytest.fixture(scope="session", params=[pytest.param("c", marks=pytest.mark.c_extension), "py"])
-def impl(request: pytest.FixtureRequest) -> ModuleType:
-    return importlib.import_module(f"contextpolicy._kernel_{request.param}")
+def lookup_floor() -> ModuleType:
+    """``benchmarks/floor.pyx``, compiled on first use: three bare dict lookups per message."""
+    import pyximport
+
+    pyximport.install(language_level=3, inplace=False)
+    return importlib.import_module("benchmarks.floor")
 
 
 def cached(key: tuple[str, int], make: Any) -> Any:

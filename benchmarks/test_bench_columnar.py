@@ -56,10 +56,10 @@ def label(benchmark, strings, kind):
     benchmark.extra_info.update(bytes=len(data), strings=len(arr), kind=kind)
 
 
-def test_utf8_lengths_kernel(benchmark, impl, strings, size):
+def test_utf8_lengths_kernel(benchmark, kernel, strings, size):
     arr, data, offsets, expected = strings
-    label(benchmark, strings, f"kernel-{impl.IMPLEMENTATION}")
-    counts = benchmark.pedantic(impl.utf8_lengths, (data, offsets), rounds=rounds(size, 50),
+    label(benchmark, strings, f"kernel-{kernel.IMPLEMENTATION}")
+    counts = benchmark.pedantic(kernel.utf8_lengths, (data, offsets), rounds=rounds(size, 50),
                                 iterations=1)
     assert counts.tolist() == expected
 
@@ -103,12 +103,12 @@ def conversations(history, size):
     return cached(("conversations", size), build)
 
 
-def test_trim_cut_many(benchmark, impl, conversations, size):
+def test_trim_cut_many(benchmark, kernel, conversations, size):
     offsets, flags, chars = conversations
     benchmark.group = f"group + cut on arrays {size // 1000}k"
-    benchmark.extra_info.update(messages=size, kind=f"kernel-{impl.IMPLEMENTATION}")
+    benchmark.extra_info.update(messages=size, kind=f"kernel-{kernel.IMPLEMENTATION}")
     first, before, after, kept = benchmark.pedantic(
-        impl.trim_cut_many, (offsets, flags, chars, 2, 1000), rounds=rounds(size, 50),
+        kernel.trim_cut_many, (offsets, flags, chars, 2, 1000), rounds=rounds(size, 50),
         iterations=1,
     )
     assert len(first) == len(offsets) - 1 and bool(np.all(after <= before))

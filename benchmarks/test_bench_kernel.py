@@ -9,23 +9,25 @@ from __future__ import annotations
 
 import pytest
 
-from contextpolicy.bench import TARGET_CHARS, langchain_char_counter, measure_group_cut
+from contextpolicy.synthetic import TARGET_CHARS, langchain_char_counter, measure_group_cut
 
-from .conftest import rounds
+from .conftest import lookup_floor, rounds
 
 
-def test_measure_group_cut(benchmark, impl, history, size):
+def test_measure_group_cut(benchmark, kernel, history, size):
     benchmark.group = f"object path {size // 1000}k"
-    benchmark.extra_info.update(messages=size, kind=f"kernel-{impl.IMPLEMENTATION}")
-    cut = benchmark.pedantic(measure_group_cut, (impl, history), rounds=rounds(size), iterations=1)
+    benchmark.extra_info.update(messages=size, kind=f"kernel-{kernel.IMPLEMENTATION}")
+    cut = benchmark.pedantic(measure_group_cut, (kernel, history), rounds=rounds(size), iterations=1)
     assert 0 < cut < size
 
 
-def test_dict_lookup_floor(benchmark, impl, history, size):
+def test_dict_lookup_floor(benchmark, history, size):
+    floor = lookup_floor()
     benchmark.group = f"object path {size // 1000}k"
-    benchmark.extra_info.update(messages=size, kind=f"floor-{impl.IMPLEMENTATION}")
-    found = benchmark.pedantic(impl.dict_lookup_floor, (history,), rounds=rounds(size), iterations=1)
-    assert found >= 2 * size
+    benchmark.extra_info.update(messages=size, kind="floor-c")
+    found = benchmark.pedantic(floor.dict_lookup_floor, (history,), rounds=rounds(size),
+                               iterations=1)
+    assert found == sum(("role" in m) + ("content" in m) + ("tool_calls" in m) for m in history)
 
 
 @pytest.fixture(scope="session")

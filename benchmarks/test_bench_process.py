@@ -4,14 +4,13 @@ measure + group + cut on the same history (the whole pipeline should cost at mos
 from __future__ import annotations
 
 from contextpolicy import ContextPlan, process_context
-from contextpolicy.bench import measure_group_cut
+from contextpolicy.synthetic import measure_group_cut
 
 from .conftest import SEED_POLICY, rounds
 
 
-def test_process_context_seed_policy(benchmark, transcript, size):
-    import contextpolicy._kernel as kernel
-
+def test_process_context_seed_policy(benchmark, pipeline_kernel, transcript, size):
+    kernel = pipeline_kernel
     plan = ContextPlan.from_messages(transcript)
     benchmark.group = f"pipeline {size // 1000}k"
     benchmark.extra_info.update(messages=size, kind=f"process-{kernel.IMPLEMENTATION}")
@@ -21,9 +20,7 @@ def test_process_context_seed_policy(benchmark, transcript, size):
     assert result.report.after.chars < result.report.before.chars
 
 
-def test_kernel_on_the_same_history(benchmark, transcript, size):
-    import contextpolicy._kernel as kernel
-
+def test_kernel_on_the_same_history(benchmark, kernel, transcript, size):
     history = transcript[1:-1]
     benchmark.group = f"pipeline {size // 1000}k"
     benchmark.extra_info.update(messages=size, kind=f"kernel-{kernel.IMPLEMENTATION}")

@@ -1,9 +1,8 @@
-"""Shared fixtures: the kernel implementations (compiled ``c`` and pure ``py``) and a
-differential helper that runs every available implementation and insists they agree."""
+"""The differential helper: run every kernel implementation (the ``kernels`` fixture of the
+root conftest) on the same input and insist that they agree."""
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from types import ModuleType
 from typing import Any
@@ -11,28 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-KERNEL_MODULES = {"c": "contextpolicy._kernel_c", "py": "contextpolicy._kernel_py"}
-
-
-def _load(name: str) -> ModuleType:
-    # A missing compiled module is an error here, never a silent skip.
-    return importlib.import_module(KERNEL_MODULES[name])
-
-
-@pytest.fixture(
-    scope="session",
-    params=[pytest.param("c", marks=pytest.mark.c_extension), "py"],
-)
-def kernel(request: pytest.FixtureRequest) -> ModuleType:
-    """Each kernel implementation in turn."""
-    return _load(request.param)
-
-
-@pytest.fixture(scope="session")
-def kernels(request: pytest.FixtureRequest) -> list[ModuleType]:
-    """Every implementation that must agree (both, unless ``--no-c-extensions``)."""
-    names = ["py"] if request.config.getoption("--no-c-extensions") else ["c", "py"]
-    return [_load(name) for name in names]
+from contextpolicy.errors import ContextError
 
 
 def _same(a: Any, b: Any) -> bool:
@@ -56,7 +34,9 @@ def differential(kernels: list[ModuleType]) -> Callable[..., Any]:
         for k in kernels:
             try:
                 outcomes.append(("ok", getattr(k, name)(*args, **kwargs)))
-            except Exception as exc:
+            except (ContextError, ValueError, TypeError) as exc:
+                # Errors the kernels are documented to raise; anything else (an
+                # AssertionError, a RecursionError) propagates as it is, readable.
                 outcomes.append(("error", exc))
         first = outcomes[0]
         for k, other in zip(kernels[1:], outcomes[1:]):

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from contextpolicy._constants import ROLE_NAMES
+from contextpolicy._tables import ROLE_NAMES
 
 # Unicode including astral-plane emoji and lone surrogates (valid in a Python str).
 text = st.text(

@@ -13,6 +13,9 @@ from contextpolicy import (
     process_context,
 )
 
+# The whole pipeline runs on the compiled kernel and on the twin: ids [c] and [py].
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
 HISTORY = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
 ORIGINAL = [
     Fragment(id="system", kind="system", text="Be brief."),

@@ -511,7 +511,7 @@ def test_a_pipe_streams_line_by_line(workdir):
 def test_collector_settings_are_restored_after_a_run_and_after_an_abandoned_one(jobs):
     import gc
 
-    from contextpolicy.runner import GC_GEN0_THRESHOLD, process_lines
+    from contextpolicy.jsonl.runner import GC_GEN0_THRESHOLD, process_lines
 
     lines = [(i + 1, json.dumps({"id": f"t{i}", "messages": make_transcript(40, seed=i)}).encode())
              for i in range(6)]

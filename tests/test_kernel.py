@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from contextpolicy import ContextPlanError
-from contextpolicy._constants import FLAG_OPENS_TURN, FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
+from contextpolicy._tables import FLAG_OPENS_TURN, FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
 
 U, R, C = FLAG_OPENS_TURN, FLAG_TOOL_RESULT, FLAG_TOOL_CALLS
 
@@ -363,13 +363,6 @@ def test_trim_cut_many_message_grouping(kernel):
     # 6-7: tool_use "g" + "{}" = 3, tool result 2) would make 12.
     assert first.tolist() == [8] and after.tolist() == [2] and kept.tolist() == [7]
     assert before.tolist() == [8]
-
-
-def test_dict_lookup_floor_counts_present_keys(kernel):
-    msgs = [{"role": "user", "content": None}, {"role": "assistant", "tool_calls": []}, {}]
-    assert kernel.dict_lookup_floor(msgs) == 4
-    with pytest.raises(TypeError, match="message 1 is not a dict"):
-        kernel.dict_lookup_floor([{}, "x"])
 
 
 # Strings long enough for the vector path, with every lead/continuation byte pair at a block

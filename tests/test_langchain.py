@@ -15,6 +15,9 @@ from contextpolicy.synthetic import make_history
 
 from .strategies import text
 
+# The whole pipeline runs on the compiled kernel and on the twin: ids [c] and [py].
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
 
 @st.composite
 def openai_turn(draw, i: int):

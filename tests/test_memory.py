@@ -9,8 +9,7 @@ import tracemalloc
 import pytest
 
 from contextpolicy import ContextPlan, process_context
-from contextpolicy.bench import SEED_POLICY
-from contextpolicy.synthetic import make_transcript
+from contextpolicy.synthetic import SEED_POLICY, make_transcript
 
 N = 50_000
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import copy
 
 import pytest
+from pydantic import ValidationError
 
 from contextpolicy import (
     AuditPolicy,
@@ -252,14 +253,62 @@ def test_typed_models_are_strict_and_closed():
         ReducePolicy(trigger_chars=10, steps=[], bogus=1)
 
 
-def test_cross_field_rules_apply_to_typed_models():
-    typed = ReducePolicy(
-        trigger_chars=10, target_input_chars=20,
-        steps=[TrimStep(id="t", fragment_id="h", target_chars=1, keep_groups=1)],
-    )
+def _rule_codes(info: pytest.ExceptionInfo[ValidationError]) -> list[str]:
+    return [code for e in info.value.errors() for code in e["ctx"]["codes"]]
+
+
+TRIM = TrimStep(id="t", fragment_id="h", target_chars=1, keep_groups=1)
+
+
+@pytest.mark.parametrize(
+    ("fields", "codes"),
+    [
+        ({"trigger_chars": 10, "target_input_chars": 20}, ["target-above-trigger"]),
+        ({"trigger_tokens": 10, "target_input_tokens": 11}, ["target-above-trigger"]),
+        ({"target_input_chars": 20}, ["missing-trigger", "target-without-trigger"]),
+        ({"trigger_chars": 10, "target_input_tokens": 5}, ["target-without-trigger"]),
+        ({"trigger_chars": 10, "steps": [TRIM, TRIM]}, ["duplicate-step-id"]),
+    ],
+)
+def test_a_typed_reduce_policy_cannot_be_built_invalid(fields, codes):
+    fields = {"steps": [TRIM], **fields}
+    with pytest.raises(ValidationError) as info:
+        ReducePolicy(**fields)
+    assert _rule_codes(info) == codes
+    with pytest.raises(ValidationError) as info:
+        ReducePolicy.model_validate(fields)
+    assert _rule_codes(info) == codes
+
+
+def test_a_typed_policy_cannot_be_copied_into_an_invalid_one():
+    typed = ReducePolicy(trigger_chars=100, target_input_chars=50, steps=[TRIM])
+    with pytest.raises(ValidationError) as info:
+        typed.model_copy(update={"target_input_chars": 200})
+    assert _rule_codes(info) == ["target-above-trigger"]
+    assert typed.model_copy(update={"target_input_chars": 80}).target_input_chars == 80
+    assert typed.model_copy() == typed
+    with pytest.raises(ValidationError) as info:
+        AuditPolicy(mutable_fragment_ids=["h", "n", "h"])
+    assert _rule_codes(info) == ["duplicate-id"]
+
+
+def test_the_document_pass_reports_the_same_rules_with_paths():
+    # The same rule functions, read from the document, report each problem with its path, once.
     with pytest.raises(ContextPolicyError) as info:
-        validate_context_policy(typed)
-    assert info.value.codes == ["target-above-trigger"]
+        validate_context_policy({
+            "mode": "reduce", "triggerChars": 10, "targetInputChars": 20,
+            "steps": [trim(), trim()],
+        })
+    assert [(i.path, i.code) for i in info.value.issues] == [
+        ("targetInputChars", "target-above-trigger"), ("steps[1].id", "duplicate-step-id"),
+    ]
+
+
+def test_typed_policies_compare_by_their_fields():
+    a = validate_context_policy(reduce_(trim()))
+    b = validate_context_policy(reduce_(trim()))
+    assert a == b and a is not b
+    assert validate_context_policy(a) is a
 
 
 def test_bad_arguments():

@@ -13,6 +13,7 @@ import copy
 import json
 
 import numpy as np
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -27,6 +28,9 @@ from contextpolicy import (
 from contextpolicy import _kernel as kernel
 
 from .strategies import histories, text
+
+# The whole pipeline runs on the compiled kernel and on the twin: ids [c] and [py].
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
 
 SETTINGS = settings(
     max_examples=120, deadline=None,

@@ -24,6 +24,9 @@ from contextpolicy import (
     process_context,
 )
 
+# The whole pipeline runs on the compiled kernel and on the twin: ids [c] and [py].
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
 
 def turn(i: int, size: int = 100) -> list[dict]:
     """A user turn of exactly ``2 * size`` chars: a question and an answer."""

@@ -17,10 +17,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextpolicy import runner
 from contextpolicy.errors import ContextPolicyError
-from contextpolicy.jsonl import MIN_RANGE, FileRange, InputFile
-from contextpolicy.runner import process_lines
+from contextpolicy.jsonl import runner
+from contextpolicy.jsonl.files import MIN_RANGE, FileRange, InputFile
+from contextpolicy.jsonl.runner import process_lines
 from contextpolicy.synthetic import make_transcript
 
 EXAMPLES = resources.files("contextpolicy").joinpath("examples")

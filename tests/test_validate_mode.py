@@ -17,6 +17,9 @@ from contextpolicy import (
     process_context,
 )
 
+# The whole pipeline runs on the compiled kernel and on the twin: ids [c] and [py].
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
 PLAN = {
     "fragments": [
         {"id": "system", "kind": "system", "text": "Be brief."},

@@ -3,59 +3,48 @@
 Validate a plan of named fragments (system instructions, the question, evidence, history, ...)
 against a policy, reduce it when it grows past a watermark, and audit what the application
 changed, without ever rewriting protected fragments and without guessing token counts.
+
+The public names load on first use, so that ``import contextpolicy.cli`` (and so
+``contextpolicy --help``) costs neither numpy nor the kernel.
 """
 
-from ._kernel import kernel_info
-from .accounting import TokenCounter
-from .core import (
-    aprocess_context,
-    astream_context,
-    check_input_budget,
-    enforce_contract,
-    process_context,
-)
-from .errors import (
-    ContextAuditError,
-    ContextCancelledError,
-    ContextContractError,
-    ContextError,
-    ContextPlanError,
-    ContextPolicyError,
-    ContextStepError,
-    InputBudgetError,
-    Issue,
-)
-from .plan import PROTECTED_KINDS, REDUCIBLE_KINDS, ContextPlan, Fragment
-from .policy import (
-    AuditPolicy,
-    CompressStep,
-    ContextPolicy,
-    Grouping,
-    ReducePolicy,
-    Selection,
-    TrimStep,
-    ValidatePolicy,
-    validate_context_policy,
-)
-from .report import (
-    AuditChange,
-    AuditReport,
-    ContextEvent,
-    ContextReport,
-    ContextResult,
-    FragmentUsage,
-    PlanWarning,
-    StepReport,
-    Usage,
-    Watermark,
-)
-from .support import CompressRequest, PolicyContext, PolicyOutcome
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
+# Public name -> the module that defines it.
+_EXPORTS: dict[str, str] = {
+    "kernel_info": "._kernel",
+    "TokenCounter": ".accounting",
+    **dict.fromkeys(
+        ("aprocess_context", "astream_context", "check_input_budget", "enforce_contract",
+         "process_context"),
+        ".core",
+    ),
+    **dict.fromkeys(
+        ("ContextAuditError", "ContextCancelledError", "ContextContractError", "ContextError",
+         "ContextPlanError", "ContextPolicyError", "ContextStepError", "InputBudgetError",
+         "Issue"),
+        ".errors",
+    ),
+    **dict.fromkeys(("PROTECTED_KINDS", "REDUCIBLE_KINDS", "ContextPlan", "Fragment"), ".plan"),
+    **dict.fromkeys(
+        ("AuditPolicy", "CompressStep", "ContextPolicy", "Grouping", "ReducePolicy", "Selection",
+         "TrimStep", "ValidatePolicy", "validate_context_policy"),
+        ".policy",
+    ),
+    **dict.fromkeys(
+        ("AuditChange", "AuditReport", "ContextEvent", "ContextReport", "ContextResult",
+         "FragmentUsage", "PlanWarning", "StepReport", "Usage", "Watermark"),
+        ".report",
+    ),
+    **dict.fromkeys(("CompressRequest", "PolicyContext", "PolicyOutcome"), ".implementations"),
+}
+
 __all__ = [
-    "PROTECTED_KINDS",
-    "REDUCIBLE_KINDS",
     "AuditChange",
     "AuditPolicy",
     "AuditReport",
@@ -78,9 +67,11 @@ __all__ = [
     "Grouping",
     "InputBudgetError",
     "Issue",
+    "PROTECTED_KINDS",
     "PlanWarning",
     "PolicyContext",
     "PolicyOutcome",
+    "REDUCIBLE_KINDS",
     "ReducePolicy",
     "Selection",
     "StepReport",
@@ -97,3 +88,64 @@ __all__ = [
     "process_context",
     "validate_context_policy",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'contextpolicy' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})
+
+
+if TYPE_CHECKING:
+    from ._kernel import kernel_info
+    from .accounting import TokenCounter
+    from .core import (
+        aprocess_context,
+        astream_context,
+        check_input_budget,
+        enforce_contract,
+        process_context,
+    )
+    from .errors import (
+        ContextAuditError,
+        ContextCancelledError,
+        ContextContractError,
+        ContextError,
+        ContextPlanError,
+        ContextPolicyError,
+        ContextStepError,
+        InputBudgetError,
+        Issue,
+    )
+    from .implementations import CompressRequest, PolicyContext, PolicyOutcome
+    from .plan import PROTECTED_KINDS, REDUCIBLE_KINDS, ContextPlan, Fragment
+    from .policy import (
+        AuditPolicy,
+        CompressStep,
+        ContextPolicy,
+        Grouping,
+        ReducePolicy,
+        Selection,
+        TrimStep,
+        ValidatePolicy,
+        validate_context_policy,
+    )
+    from .report import (
+        AuditChange,
+        AuditReport,
+        ContextEvent,
+        ContextReport,
+        ContextResult,
+        FragmentUsage,
+        PlanWarning,
+        StepReport,
+        Usage,
+        Watermark,
+    )

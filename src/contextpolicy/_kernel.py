@@ -1,7 +1,8 @@
 """Chooses the kernel once, at import: the compiled module, or its pure-Python twin.
 
 The twin is used when ``CONTEXTPOLICY_PURE_PYTHON`` is set, on interpreters other than
-CPython, or when the compiled module is missing.
+CPython, or when the compiled module is missing. Every module reads the kernel through this one
+(``_kernel.measure_messages(...)``), so :func:`use` can run the whole pipeline on either.
 """
 
 from __future__ import annotations
@@ -24,19 +25,35 @@ else:
     except ImportError:  # built without a compiler: the twin gives identical results
         from . import _kernel_py as _impl
 
-IMPLEMENTATION: str = _impl.IMPLEMENTATION
-COMPILED: bool = IMPLEMENTATION == "cython"
-GROUP_MESSAGE = _impl.GROUP_MESSAGE
-GROUP_USER_TURN = _impl.GROUP_USER_TURN
-dict_lookup_floor = _impl.dict_lookup_floor
-group_offsets = _impl.group_offsets
-measure_messages = _impl.measure_messages
-message_text_pieces = _impl.message_text_pieces
-role_codes_utf8 = _impl.role_codes_utf8
-tool_pairing = _impl.tool_pairing
-trim_cut = _impl.trim_cut
-trim_cut_many = _impl.trim_cut_many
-utf8_lengths = _impl.utf8_lengths
+if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the live kernel
+    GROUP_MESSAGE = _impl.GROUP_MESSAGE
+    GROUP_USER_TURN = _impl.GROUP_USER_TURN
+    IMPLEMENTATION = _impl.IMPLEMENTATION
+    TABLES = _impl.TABLES
+    group_offsets = _impl.group_offsets
+    measure_messages = _impl.measure_messages
+    message_text_pieces = _impl.message_text_pieces
+    role_codes_utf8 = _impl.role_codes_utf8
+    tool_pairing = _impl.tool_pairing
+    trim_cut = _impl.trim_cut
+    trim_cut_many = _impl.trim_cut_many
+    utf8_lengths = _impl.utf8_lengths
+
+COMPILED: bool
+
+
+def use(impl: ModuleType) -> ModuleType:
+    """Make ``impl`` (a module of :func:`available_kernels`) the live kernel and return the one it
+    replaces. For tests and benchmarks that run the pipeline on both kernels in one process."""
+    global _impl, COMPILED
+    previous, _impl = _impl, impl
+    for name in impl.__all__:
+        globals()[name] = getattr(impl, name)
+    COMPILED = impl.IMPLEMENTATION == "cython"
+    return previous
+
+
+use(_impl)
 
 
 def available_kernels() -> dict[str, ModuleType]:

@@ -18,25 +18,31 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._constants import (
+from ._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
+    GROUP_MESSAGE,
+    GROUP_USER_TURN,
+    PART_CODES,
+    PART_OTHER,
+    PART_TEXT,
+    PART_TOOL_RESULT,
+    PART_TOOL_USE,
     ROLE_CODES,
-    ROLE_TOOL,
+    ROLE_OTHER,
     ROLE_USER,
-    TEXT_PART_TYPES,
-    TOOL_RESULT_PART,
-    TOOL_USE_PART,
+    TOOL_RESULT_ROLES,
+    tables,
 )
 from ._tool_ids import call_ids, result_ids
 from .errors import ContextPlanError
 
 __all__ = [
     "GROUP_MESSAGE",
-    "dict_lookup_floor",
     "GROUP_USER_TURN",
     "IMPLEMENTATION",
+    "TABLES",
     "group_offsets",
     "measure_messages",
     "message_text_pieces",
@@ -48,8 +54,7 @@ __all__ = [
 ]
 
 IMPLEMENTATION = "python"
-GROUP_USER_TURN = 0
-GROUP_MESSAGE = 1
+TABLES = tables()
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -97,7 +102,8 @@ def _parts(parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str)
                 fragment_id=fid, field=where, code="invalid-content",
             )
         ptype = part.get("type")
-        if ptype in TEXT_PART_TYPES:
+        code = PART_CODES.get(ptype, PART_OTHER) if isinstance(ptype, str) else PART_OTHER
+        if code == PART_TEXT:
             text = part.get("text")
             if not isinstance(text, str):
                 raise ContextPlanError.for_message(
@@ -105,10 +111,10 @@ def _parts(parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str)
                     fragment_id=fid, field=where + ".text", code="invalid-content",
                 )
             acc.add(text)
-        elif ptype == TOOL_RESULT_PART:
+        elif code == PART_TOOL_RESULT:
             flags |= FLAG_TOOL_RESULT
             _content(part.get("content"), acc, index, fid, where + ".content")
-        elif ptype == TOOL_USE_PART:
+        elif code == PART_TOOL_USE:
             name = part.get("name")
             if isinstance(name, str):
                 acc.add(name)
@@ -146,7 +152,7 @@ def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int,
             index, f"expected a string role, got {what}", fragment_id=fid, field="role",
             code="invalid-role",
         )
-    code = ROLE_CODES.get(role, 0)
+    code = ROLE_CODES.get(role, ROLE_OTHER)
     flags = 0
     content = message.get("content")
     if isinstance(content, str):
@@ -161,7 +167,7 @@ def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int,
     # A user message that carries tool_result blocks belongs to the turn that called the tool.
     if code == ROLE_USER and not flags & FLAG_TOOL_RESULT:
         flags |= FLAG_OPENS_TURN
-    if code == ROLE_TOOL or role == "function":
+    if role in TOOL_RESULT_ROLES:
         flags |= FLAG_TOOL_RESULT
     calls = message.get("tool_calls")
     if calls is not None:
@@ -223,17 +229,6 @@ def measure_messages(
         chars[i] = acc.chars
         opaque[i] = acc.opaque
     return roles, chars, flags, opaque
-
-
-def dict_lookup_floor(messages: list[Any]) -> int:
-    """Calibration only: look up ``role``, ``content`` and ``tool_calls`` in every message and
-    do nothing else. What it costs is the floor of any one pass over message dicts."""
-    found = 0
-    for i, message in enumerate(messages):
-        if not isinstance(message, dict):
-            raise TypeError(f"message {i} is not a dict")
-        found += ("role" in message) + ("content" in message) + ("tool_calls" in message)
-    return found
 
 
 def message_text_pieces(message: Any, index: int = 0, fragment_id: str | None = None) -> list[str]:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ._constants import TOOL_RESULT_PART, TOOL_USE_PART
+from ._tables import ROLE_CODES, ROLE_TOOL, TOOL_RESULT_PART, TOOL_USE_PART
 
 __all__ = ["call_ids", "result_ids"]
 
@@ -33,7 +33,8 @@ def result_ids(message: dict[str, Any]) -> list[str | None]:
     """Ids a message answers: a ``tool`` message's ``tool_call_id`` and ``tool_result`` blocks'
     ``tool_use_id`` (``None`` where a result names no id)."""
     ids: list[str | None] = []
-    if message.get("role") == "tool":
+    role = message.get("role")
+    if isinstance(role, str) and ROLE_CODES.get(role) == ROLE_TOOL:
         cid = message.get("tool_call_id")
         ids.append(cid if isinstance(cid, str) else None)
     content = message.get("content")

@@ -16,7 +16,7 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _kernel
-from ._constants import FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
+from ._tables import FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
 from .errors import ContextPolicyError
 from .plan import Fragment
 

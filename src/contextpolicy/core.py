@@ -23,7 +23,6 @@ from .accounting import (
     measure_messages,
     sum_tokens,
 )
-from .audit import audit as default_audit
 from .errors import (
     ContextAuditError,
     ContextCancelledError,
@@ -33,17 +32,20 @@ from .errors import (
     InputBudgetError,
     Issue,
 )
-from .plan import ContextPlan, Fragment, as_plan
-from .policy import (
-    AuditPolicy,
-    CompressStep,
-    ReducePolicy,
-    ValidatePolicy,
-    _fragment_refs,
-    _parse,
+from .implementations import DEFAULT_IMPLEMENTATIONS, Implementation
+from .implementations.base import (
+    CancelLike,
+    CompressRequest,
+    HandlerCall,
+    HandlerReply,
+    PolicyContext,
+    PolicyOutcome,
 )
-from .reduce import reduce as default_reduce
-from .reduce import targets_met
+from .plan import ContextPlan, Fragment, as_plan, changed_fields
+from .policy import AuditPolicy, CompressStep, ReducePolicy, TypedPolicy
+from .policy.rules import fragment_refs
+from .policy.validation import parse_policy
+from .policy.watermark import targets_met
 from .report import (
     ContextEvent,
     ContextReport,
@@ -54,18 +56,8 @@ from .report import (
     Watermark,
     _Report,
 )
-from .support import (
-    CancelLike,
-    CompressRequest,
-    HandlerCall,
-    HandlerReply,
-    PolicyContext,
-    PolicyOutcome,
-)
-from .validate import validate as default_validate
 
 __all__ = [
-    "DEFAULT_IMPLEMENTATIONS",
     "aprocess_context",
     "astream_context",
     "check_input_budget",
@@ -73,12 +65,6 @@ __all__ = [
     "process_context",
 ]
 
-Implementation = Callable[[PolicyContext], Any]
-DEFAULT_IMPLEMENTATIONS: Mapping[str, Implementation] = {
-    "validate": default_validate,
-    "reduce": default_reduce,
-    "audit": default_audit,
-}
 _PAIRING_MESSAGES = {
     "orphan-tool-result": "tool result {id} has no earlier call in this fragment",
     "unanswered-tool-call": "tool call {id} has no later result in this fragment",
@@ -90,16 +76,6 @@ class _Await:
 
     def __init__(self, awaitable: Any) -> None:
         self.awaitable = awaitable
-
-
-def _fragments_equal(a: Fragment, b: Fragment) -> bool:
-    if a is b:
-        return True
-    return (
-        a.kind == b.kind and a.role == b.role and a.is_protected == b.is_protected
-        and a.text == b.text
-        and (a.messages is b.messages or a.messages == b.messages)
-    )
 
 
 def enforce_contract(
@@ -133,7 +109,7 @@ def enforce_contract(
             problems.append(f"fragment {f.id!r} changed kind from {old.kind!r} to {f.kind!r}")
         elif f is old:
             continue
-        elif f.id in guarded and not _fragments_equal(old, f):
+        elif f.id in guarded and changed_fields(old, f):
             problems.append(f"protected fragment {f.id!r} was rewritten")
         elif (f.id in guarded) != f.is_protected:
             problems.append(f"fragment {f.id!r} changed its protection")
@@ -146,7 +122,7 @@ def enforce_contract(
             f"protected fragments out of order: {protected_after} (expected {protected_before})"
         )
     for fid, copy_ in (snapshot or {}).items():
-        if not _fragments_equal(copy_, by_id[fid]):
+        if changed_fields(copy_, by_id[fid]):
             problems.append(f"protected fragment {fid!r} was changed in place")
     if problems:
         raise ContextContractError(
@@ -221,23 +197,21 @@ class _Run:
         self.cancel = cancel
         self.on_step_error = on_step_error
 
-    def _check_policy(
-        self, policy: Any, is_async: bool
-    ) -> ValidatePolicy | ReducePolicy | AuditPolicy:
+    def _check_policy(self, policy: Any, is_async: bool) -> TypedPolicy:
         for hid, handler in self.handlers.items():
             if not callable(handler):
                 raise ContextPolicyError(
                     f"handler {hid!r} is a {type(handler).__name__}, not a callable",
                     path=f"handlers.{hid}", code="handler-not-callable",
                 )
-        refs = _fragment_refs(self.plan.fragments)
+        refs = fragment_refs(self.plan.fragments)
         if (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
             policy, AuditPolicy
         ):
             # An audit names fragments of the original too (a removed one, say); protection is
             # judged as it was originally.
-            refs.update(_fragment_refs(self.plan.original or ()))
-        typed = _parse(policy, refs, set(self.handlers))
+            refs.update(fragment_refs(self.plan.original or ()))
+        typed = parse_policy(policy, refs, self.handlers)
         issues: list[Issue] = []
         if isinstance(typed, ReducePolicy):
             if typed.uses_tokens and self.counter is None:
@@ -247,16 +221,10 @@ class _Run:
                     "never guessed from characters", "tokens-without-counter",
                 ))
             for i, step in enumerate(typed.steps):
-                if not isinstance(step, CompressStep):
-                    continue
-                fragment = self.plan.fragment(step.fragment_id)
-                if step.keep_groups is not None and fragment.messages is None:
-                    issues.append(Issue(
-                        f"steps[{i}].keepGroups",
-                        f"fragment {step.fragment_id!r} holds text; keepGroups needs messages",
-                        "not-messages",
-                    ))
-                if not is_async and _is_async_callable(self.handlers[step.handler_id]):
+                if (
+                    isinstance(step, CompressStep) and not is_async
+                    and _is_async_callable(self.handlers[step.handler_id])
+                ):
                     issues.append(Issue(
                         f"steps[{i}].handlerId",
                         f"handler {step.handler_id!r} is a coroutine function; use "

@@ -22,6 +22,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from ._tables import TOOL_RESULT_PART
 from .errors import ContextPlanError, Issue
 
 __all__ = [
@@ -31,6 +32,7 @@ __all__ = [
     "Fragment",
     "FragmentKind",
     "as_plan",
+    "changed_fields",
 ]
 
 FragmentKind = Literal[
@@ -38,7 +40,8 @@ FragmentKind = Literal[
 ]
 PROTECTED_KINDS: frozenset[str] = frozenset({"system", "question", "authorization", "evidence"})
 REDUCIBLE_KINDS: frozenset[str] = frozenset({"history", "memory", "document", "note"})
-TEXT_ROLES = ("system", "developer", "user", "assistant")
+# Roles that lead a transcript and become its system fragment (ContextPlan.from_messages).
+INSTRUCTION_ROLES = ("system", "developer")
 
 
 def _keep_list(value: Any) -> list[Any]:
@@ -118,10 +121,37 @@ class Fragment(BaseModel):
         return self.text if self.text is not None else cast("list[dict[str, Any]]", self.messages)
 
     def with_content(self, content: str | list[dict[str, Any]]) -> Fragment:
-        """A copy holding ``content`` (same shape) instead; the original is untouched."""
+        """A copy holding ``content`` (text or messages) instead; the original is untouched."""
         if isinstance(content, str):
-            return self.model_copy(update={"text": content})
-        return self.model_copy(update={"messages": content})
+            return self.model_copy(update={"text": content, "messages": None})
+        return self.model_copy(update={"messages": content, "text": None, "role": None})
+
+
+def changed_fields(before: Fragment, after: Fragment) -> list[str]:
+    """What changed from ``before`` to ``after``, as the model sees it; empty when unchanged.
+
+    ``kind``; ``content`` (the text, or the messages); ``role``, the role a text fragment is
+    assembled with (so giving its default role explicitly is no change); ``protected``. The
+    contract check and the audit both judge a fragment by this. Metadata is carried, never
+    compared.
+    """
+    if before is after:
+        return []
+    fields: list[str] = []
+    if before.kind != after.kind:
+        fields.append("kind")
+    same_content = before.text == after.text and (
+        before.messages is after.messages or before.messages == after.messages
+    )
+    if not same_content:
+        fields.append("content")
+    if before.text is not None and after.text is not None and (
+        before.assembled_role != after.assembled_role
+    ):
+        fields.append("role")
+    if before.is_protected != after.is_protected:
+        fields.append("protected")
+    return fields
 
 
 class ContextPlan(BaseModel):
@@ -184,7 +214,7 @@ class ContextPlan(BaseModel):
             return role
 
         head = 0
-        while head < len(msgs) and role_of(head) in ("system", "developer"):
+        while head < len(msgs) and role_of(head) in INSTRUCTION_ROLES:
             head += 1
         tail = len(msgs)
         if tail > head and role_of(tail - 1) == "user" and not _carries_tool_results(msgs[-1]):
@@ -202,7 +232,7 @@ class ContextPlan(BaseModel):
 def _carries_tool_results(message: Mapping[str, Any]) -> bool:
     content = message.get("content")
     return isinstance(content, list) and any(
-        isinstance(p, dict) and p.get("type") == "tool_result" for p in content
+        isinstance(p, dict) and p.get("type") == TOOL_RESULT_PART for p in content
     )
 
 

@@ -1,4 +1,4 @@
-"""Seeded synthetic chat histories for examples, tests and benchmarks.
+"""Seeded synthetic chat histories and the reference workload, for examples, tests and benchmarks.
 
 The histories look like agent transcripts: user turns of 5-8 messages on average, assistant tool
 calls (OpenAI ``tool_calls`` and Anthropic ``tool_use`` blocks) with their results, long-tailed
@@ -10,11 +10,22 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-__all__ = ["make_history", "make_transcript"]
+from ._tables import TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART
+
+__all__ = [
+    "KEEP_GROUPS",
+    "SEED_POLICY",
+    "TARGET_CHARS",
+    "langchain_char_counter",
+    "make_history",
+    "make_transcript",
+    "measure_group_cut",
+]
 
 _WORDS = (
     "order refund shipping invoice account password reset delivery tracking warehouse "
@@ -145,3 +156,58 @@ def make_transcript(
     head = [{"role": "system", "content": system or "You are a careful support agent. " * 4}]
     question = {"role": "user", "content": text.take(rng, _length(rng, 200), 0) + "?"}
     return head + make_history(n_messages, seed) + [question]
+
+
+# ---------------------------------------------------------------------------------------------
+# The reference workload: the seed's policy, the kernel's whole job for one trim, and the
+# character counter a LangChain user writes for trim_messages.
+
+SEED_POLICY = {
+    "mode": "reduce", "triggerChars": 1800, "targetInputChars": 1500,
+    "selection": {"mode": "sequence"},
+    "steps": [{"id": "recent-history", "kind": "trim", "fragmentId": "history",
+               "field": "messages", "grouping": {"kind": "user-turn"}, "keepGroups": 2,
+               "targetChars": 1000}],
+}
+KEEP_GROUPS = 2
+TARGET_CHARS = 1000
+
+
+def measure_group_cut(kernel: Any, messages: list[dict[str, Any]]) -> int:
+    """The kernel's whole job for one trim: measure, group by user turn, find the cut."""
+    _roles, chars, flags, _opaque = kernel.measure_messages(messages)
+    offsets, group_chars = kernel.group_offsets(flags, chars, kernel.GROUP_USER_TURN)
+    return int(offsets[kernel.trim_cut(group_chars, KEEP_GROUPS, TARGET_CHARS)])
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+def _part_chars(parts: Sequence[Any]) -> int:
+    total = 0
+    for part in parts:
+        if isinstance(part, str):
+            total += len(part)
+            continue
+        kind = part.get("type")
+        if kind in TEXT_PART_TYPES:
+            total += len(part.get("text") or "")
+        elif kind == TOOL_RESULT_PART:
+            inner = part.get("content")
+            total += len(inner) if isinstance(inner, str) else _part_chars(inner or [])
+        elif kind == TOOL_USE_PART:
+            total += len(part.get("name") or "") + len(_compact(part.get("input")))
+    return total
+
+
+def langchain_char_counter(messages: Sequence[Any]) -> int:
+    """A character counter for LangChain messages as a LangChain user writes one: the text each
+    message carries plus its tool calls' names and arguments (the same rules as ours)."""
+    total = 0
+    for m in messages:
+        content = m.content
+        total += len(content) if isinstance(content, str) else _part_chars(content)
+        for call in getattr(m, "tool_calls", None) or ():
+            total += len(call["name"]) + len(_compact(call["args"]))
+    return total

@@ -18,13 +18,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from .accounting import FragmentMeasure, TokenCounter, measure_fragment
-from .errors import ContextCancelledError
-from .plan import ContextPlan, Fragment
+from ..accounting import FragmentMeasure, TokenCounter, measure_fragment
+from ..errors import ContextCancelledError
+from ..plan import ContextPlan, Fragment
 
 if TYPE_CHECKING:
-    from .policy import AuditPolicy, ReducePolicy, ValidatePolicy
-    from .report import AuditReport, StepReport
+    from ..policy import AuditPolicy, ReducePolicy, ValidatePolicy
+    from ..report import AuditReport, StepReport
 
 __all__ = [
     "CancelLike",

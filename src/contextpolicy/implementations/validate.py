@@ -6,7 +6,7 @@ Plan and policy validation, assembly, usage and the tool-pairing warnings are th
 
 from __future__ import annotations
 
-from .support import PolicyContext, PolicyOutcome
+from .base import PolicyContext, PolicyOutcome
 
 __all__ = ["validate"]
 

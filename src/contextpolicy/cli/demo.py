@@ -1,7 +1,7 @@
 """Run the three policies on the example corpus shipped in the package and print the reports.
 
-    python -m contextpolicy.demo            # summary tables
-    python -m contextpolicy.demo --json     # the reduce report as JSON
+    python -m contextpolicy.cli.demo            # summary tables
+    python -m contextpolicy.cli.demo --json     # the reduce report as JSON
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import sys
 from importlib import resources
 from typing import Any
 
-from . import ContextAuditError, ContextPlan, kernel_info, process_context
-from .report import ContextReport
+from .. import ContextAuditError, ContextPlan, kernel_info, process_context
+from ..report import ContextReport
 
 __all__ = ["example", "main"]
 
@@ -52,7 +52,7 @@ def _print_report(title: str, report: ContextReport) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m contextpolicy.demo", description=__doc__,
+    parser = argparse.ArgumentParser(prog="python -m contextpolicy.cli.demo", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--json", action="store_true", help="print the reduce report as JSON")
     args = parser.parse_args(argv)

@@ -24,12 +24,12 @@ from typing import Any
 
 import orjson
 
-from .core import process_context
-from .errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
-from .jsonl import FileRange, map_range, read_range
-from .plan import ContextPlan, Fragment, as_plan
-from .policy import validate_context_policy
-from .report import ContextReport
+from ..core import process_context
+from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
+from ..plan import ContextPlan, Fragment, as_plan
+from ..policy import validate_context_policy
+from ..report import ContextReport
+from .files import FileRange, map_range, read_range
 
 __all__ = ["LineError", "LineResult", "Summary", "process_lines"]
 

@@ -13,31 +13,12 @@ from __future__ import annotations
 from bisect import bisect_left
 from collections.abc import Callable
 
-from .plan import ContextPlan, Fragment
-from .policy import AuditPolicy
-from .report import AuditChange, AuditReport
-from .support import PolicyContext, PolicyOutcome
+from ..plan import ContextPlan, Fragment, changed_fields
+from ..policy import AuditPolicy
+from ..report import AuditChange, AuditReport
+from .base import PolicyContext, PolicyOutcome
 
 __all__ = ["audit", "diff_fragments"]
-
-
-def _changed_fields(before: Fragment, after: Fragment) -> list[str]:
-    fields: list[str] = []
-    if before.kind != after.kind:
-        fields.append("kind")
-    same_content = (
-        before.text == after.text
-        if before.text is not None and after.text is not None
-        else before.messages is not None and after.messages is not None
-        and (before.messages is after.messages or before.messages == after.messages)
-    )
-    if not same_content:
-        fields.append("content")
-    if before.assembled_role != after.assembled_role and before.text is not None:
-        fields.append("role")
-    if before.is_protected != after.is_protected:
-        fields.append("protected")
-    return fields
 
 
 def _stable(sequence: list[int]) -> set[int]:
@@ -96,7 +77,7 @@ def diff_fragments(
             ))
             continue
         new = after[f.id]
-        fields = _changed_fields(f, new)
+        fields = changed_fields(f, new)
         if fields:
             allowed, reason = judge(f.id, f.is_protected or new.is_protected, "kind" in fields)
             changes.append(AuditChange(

@@ -6,67 +6,22 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
-from . import _kernel
-from .core import process_context
-from .plan import ContextPlan
-from .policy import validate_context_policy
-from .synthetic import make_history
+from .. import _kernel
+from ..core import process_context
+from ..plan import ContextPlan
+from ..policy import validate_context_policy
+from ..synthetic import (
+    SEED_POLICY,
+    TARGET_CHARS,
+    langchain_char_counter,
+    make_history,
+    measure_group_cut,
+)
 
-__all__ = ["cmd_bench", "langchain_char_counter", "measure_group_cut", "run_bench"]
-
-SEED_POLICY = {
-    "mode": "reduce", "triggerChars": 1800, "targetInputChars": 1500,
-    "selection": {"mode": "sequence"},
-    "steps": [{"id": "recent-history", "kind": "trim", "fragmentId": "history",
-               "field": "messages", "grouping": {"kind": "user-turn"}, "keepGroups": 2,
-               "targetChars": 1000}],
-}
-KEEP_GROUPS = 2
-TARGET_CHARS = 1000
-
-
-def measure_group_cut(kernel: Any, messages: list[dict[str, Any]]) -> int:
-    """The kernel's whole job for one trim: measure, group by user turn, find the cut."""
-    _roles, chars, flags, _opaque = kernel.measure_messages(messages)
-    offsets, group_chars = kernel.group_offsets(flags, chars, kernel.GROUP_USER_TURN)
-    return int(offsets[kernel.trim_cut(group_chars, KEEP_GROUPS, TARGET_CHARS)])
-
-
-def _compact(value: Any) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def _part_chars(parts: Sequence[Any]) -> int:
-    total = 0
-    for part in parts:
-        if isinstance(part, str):
-            total += len(part)
-            continue
-        kind = part.get("type")
-        if kind in ("text", "input_text", "output_text"):
-            total += len(part.get("text") or "")
-        elif kind == "tool_result":
-            inner = part.get("content")
-            total += len(inner) if isinstance(inner, str) else _part_chars(inner or [])
-        elif kind == "tool_use":
-            total += len(part.get("name") or "") + len(_compact(part.get("input")))
-    return total
-
-
-def langchain_char_counter(messages: Sequence[Any]) -> int:
-    """A character counter for LangChain messages as a LangChain user writes one: the text each
-    message carries plus its tool calls' names and arguments (the same rules as ours)."""
-    total = 0
-    for m in messages:
-        content = m.content
-        total += len(content) if isinstance(content, str) else _part_chars(content)
-        for call in getattr(m, "tool_calls", None) or ():
-            total += len(call["name"]) + len(_compact(call["args"]))
-    return total
-
+__all__ = ["cmd_bench", "run_bench"]
 
 def _best(fn: Callable[[], Any], repeat: int) -> float:
     best = float("inf")
@@ -79,7 +34,7 @@ def _best(fn: Callable[[], Any], repeat: int) -> float:
 
 def _histories(args: argparse.Namespace) -> list[tuple[str, list[list[dict[str, Any]]]]]:
     if args.input:
-        from .jsonl import InputFile
+        from ..jsonl.files import InputFile
 
         conversations = []
         with InputFile(args.input) as source:
@@ -159,7 +114,7 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from .cli import CliError
+        from .common import CliError
 
         raise CliError("--plot needs matplotlib: pip install 'contextpolicy[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
@@ -184,7 +139,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     if args.repeat < 1:
-        from .cli import CliError
+        from .common import CliError
 
         raise CliError(f"--repeat: expected a number >= 1, got {args.repeat}")
     rows = run_bench(args)

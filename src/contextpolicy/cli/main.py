@@ -10,11 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from importlib import resources
-from pathlib import Path
 from typing import Any, NoReturn
 
-from . import __version__
+from .. import __version__
+from .common import CliError, example_path, load_json, stderr
 
 __all__ = ["main"]
 
@@ -23,42 +22,11 @@ EXAMPLE_POLICY = "policy-reduce.json"
 REFRESH_SECONDS = 0.1  # of the progress bar
 
 
-class CliError(Exception):
-    """A problem with the command's input: printed as one message, exit status ``code``."""
-
-    def __init__(self, message: str, code: int = 2) -> None:
-        super().__init__(message)
-        self.code = code
-
-
-def _stderr() -> Any:
-    from rich.console import Console
-
-    return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def _load_json(path: str, what: str) -> Any:
-    import orjson
-
-    try:
-        data = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
-    except OSError as exc:
-        raise CliError(f"{path}: cannot read the {what} ({exc.strerror})") from None
-    try:
-        return orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise CliError(f"{path}: the {what} is not valid JSON ({exc})") from None
-
-
-def _example(name: str) -> Path:
-    return Path(str(resources.files("contextpolicy").joinpath("examples").joinpath(name)))
-
-
 def _load_policy(path: str) -> Any:
-    from .errors import ContextPolicyError
-    from .policy import validate_context_policy
+    from ..errors import ContextPolicyError
+    from ..policy import validate_context_policy
 
-    doc = _load_json(path, "policy")
+    doc = load_json(path, "policy")
     try:
         validate_context_policy(doc)
     except ContextPolicyError as exc:
@@ -73,15 +41,15 @@ def _load_policy(path: str) -> Any:
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
-    from .errors import ContextPlanError, ContextPolicyError
-    from .plan import as_plan
-    from .policy import validate_context_policy
+    from ..errors import ContextPlanError, ContextPolicyError
+    from ..plan import as_plan
+    from ..policy import validate_context_policy
 
-    doc = _load_json(args.policy, "policy")
+    doc = load_json(args.policy, "policy")
     fragments: list[Any] = []
     if args.plan:
         try:
-            fragments = list(as_plan(_load_json(args.plan, "plan")).fragments)
+            fragments = list(as_plan(load_json(args.plan, "plan")).fragments)
         except ContextPlanError as exc:
             raise CliError(f"{args.plan}: {exc}") from None
     try:
@@ -140,13 +108,14 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
 
 
 def cmd_reduce(args: argparse.Namespace) -> int:
-    from .jsonl import AtomicOutput, InputFile, batched_lines
-    from .runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines
+    from ..jsonl.files import AtomicOutput, InputFile, batched_lines
+    from ..jsonl.runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines
 
-    console = _stderr()
+    console = stderr()
     example = args.input is None and args.policy is None
     if example:
-        input_path, policy_path = str(_example(EXAMPLE_CORPUS)), str(_example(EXAMPLE_POLICY))
+        input_path = str(example_path(EXAMPLE_CORPUS))
+        policy_path = str(example_path(EXAMPLE_POLICY))
         console.print(
             "contextpolicy: no input and no policy given: running the example corpus shipped "
             f"in the package ({EXAMPLE_CORPUS}) with the seed's reduce policy ({EXAMPLE_POLICY})."
@@ -260,7 +229,7 @@ class _ReportFile:
     """The per-conversation reports and the summary, streamed into one JSON document."""
 
     def __init__(self, path: str | None) -> None:
-        from .jsonl import AtomicOutput
+        from ..jsonl.files import AtomicOutput
 
         self.enabled = path is not None
         self.out = AtomicOutput(path) if path is not None else None
@@ -298,15 +267,15 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from .core import process_context
-    from .errors import ContextAuditError, ContextPlanError, ContextPolicyError
-    from .plan import as_plan
+    from ..core import process_context
+    from ..errors import ContextAuditError, ContextPlanError, ContextPolicyError
+    from ..plan import as_plan
 
     policy = _load_policy(args.policy)
     if policy.get("mode") != "audit":
         raise CliError(f"{args.policy}: expected an audit policy, got mode {policy.get('mode')!r}")
     try:
-        plan = as_plan(_load_json(args.plan, "plan"))
+        plan = as_plan(load_json(args.plan, "plan"))
         result = process_context(plan, policy)
         report, passed = result.report, True
     except ContextAuditError as exc:
@@ -358,9 +327,9 @@ def json_schema(what: str) -> dict[str, Any]:
     """The JSON Schema of a policy, a plan or a report (camelCase keys)."""
     from pydantic import TypeAdapter
 
-    from .plan import ContextPlan
-    from .policy import ContextPolicy
-    from .report import ContextReport
+    from ..plan import ContextPlan
+    from ..policy import ContextPolicy
+    from ..report import ContextReport
 
     if what == "policy":
         schema = TypeAdapter(ContextPolicy).json_schema(by_alias=True)

@@ -15,35 +15,20 @@ from typing import Any
 
 import numpy as np
 
-from . import _kernel
-from ._constants import FLAG_TOOL_CALLS
-from ._tool_ids import call_ids
-from .accounting import FragmentMeasure, measure_messages
-from .errors import ContextCancelledError, ContextPlanError, ContextStepError
-from .plan import Fragment
-from .policy import CompressStep, ReducePolicy, TrimStep
-from .report import StepReport
-from .support import CompressRequest, HandlerCall, HandlerReply, PolicyContext, PolicyOutcome
+from .. import _kernel
+from .._tables import FLAG_TOOL_CALLS
+from .._tool_ids import call_ids
+from ..accounting import FragmentMeasure, measure_messages
+from ..errors import ContextCancelledError, ContextPlanError, ContextStepError
+from ..plan import Fragment
+from ..policy import CompressStep, ReducePolicy, TrimStep
+from ..policy.watermark import targets_met, triggered
+from ..report import StepReport
+from .base import CompressRequest, HandlerCall, HandlerReply, PolicyContext, PolicyOutcome
 
-__all__ = ["reduce", "targets_met", "triggered"]
+__all__ = ["paired_first_group", "reduce"]
 
 GROUPING_CODES = {"user-turn": _kernel.GROUP_USER_TURN, "message": _kernel.GROUP_MESSAGE}
-
-
-def triggered(policy: ReducePolicy, chars: int, tokens: int | None) -> bool:
-    """Usage is strictly above a configured trigger."""
-    if policy.trigger_chars is not None and chars > policy.trigger_chars:
-        return True
-    limit = policy.trigger_tokens
-    return limit is not None and tokens is not None and tokens > limit
-
-
-def targets_met(policy: ReducePolicy, chars: int, tokens: int | None) -> bool:
-    """Every configured watermark is met (a target, or its trigger when no target is given)."""
-    wc, wt = policy.watermark_chars, policy.watermark_tokens
-    if wc is not None and chars > wc:
-        return False
-    return not (wt is not None and (tokens is None or tokens > wt))
 
 
 def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOutcome]:
