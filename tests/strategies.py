@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from contextpolicy._tables import ROLE_NAMES
+from contextpolicy._tables import ROLE_CODES, TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART
 
 # Unicode including astral-plane emoji and lone surrogates (valid in a Python str).
 text = st.text(
@@ -20,17 +20,17 @@ json_value = st.recursive(
 ids = st.sampled_from(["a", "b", "c", "call_1", "x"]) | text
 
 text_part = st.fixed_dictionaries(
-    {"type": st.sampled_from(["text", "input_text", "output_text"]), "text": text}
+    {"type": st.sampled_from(TEXT_PART_TYPES), "text": text}
 )
 opaque_part = st.fixed_dictionaries(
     {"type": st.sampled_from(["image_url", "image", "input_audio", "file", "refusal"])}
 ) | st.just({"no_type": 1}) | st.just({"type": 7})
 tool_use = st.fixed_dictionaries(
-    {"type": st.just("tool_use"), "id": ids, "name": text},
+    {"type": st.just(TOOL_USE_PART), "id": ids, "name": text},
     optional={"input": json_value},
 )
 tool_result = st.fixed_dictionaries(
-    {"type": st.just("tool_result"), "tool_use_id": ids},
+    {"type": st.just(TOOL_RESULT_PART), "tool_use_id": ids},
     optional={"content": st.none() | text | st.lists(text_part | opaque_part | text, max_size=3)},
 )
 part = text_part | opaque_part | tool_use | tool_result | text
@@ -41,7 +41,8 @@ tool_call = st.fixed_dictionaries(
         {"name": text}, optional={"arguments": st.none() | text | json_value}
     ) | st.none(), "type": st.just("function")},
 )
-role = st.sampled_from([*ROLE_NAMES[1:], "critic"])
+# Every role of the table, and one it does not know.
+role = st.sampled_from([*ROLE_CODES, "critic"])
 message = st.fixed_dictionaries(
     {"role": role},
     optional={

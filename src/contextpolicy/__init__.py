@@ -11,7 +11,9 @@ The public names load on first use, so that ``import contextpolicy.cli`` (and so
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+
+# typing.TYPE_CHECKING without importing typing, which ``contextpolicy --help`` never needs.
+TYPE_CHECKING = False
 
 __version__ = "0.1.0"
 
@@ -104,6 +106,8 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
+    from typing import Any
+
     from ._kernel import kernel_info
     from .accounting import TokenCounter
     from .core import (

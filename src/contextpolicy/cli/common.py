@@ -4,7 +4,6 @@ and the examples shipped in the package."""
 from __future__ import annotations
 
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -39,4 +38,7 @@ def load_json(path: str, what: str) -> Any:
 
 
 def example_path(name: str) -> Path:
+    """A file of the example corpus and policies shipped in the package."""
+    from importlib import resources
+
     return Path(str(resources.files("contextpolicy").joinpath("examples").joinpath(name)))

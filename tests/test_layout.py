@@ -1,0 +1,257 @@
+"""The layout keeps its promises: every table once and both kernels built from it, the public
+names where DESIGN.md puts them, a cheap start for the command line, one rule for "this fragment
+changed" in the contract and the audit."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from importlib import resources
+
+import pytest
+
+import contextpolicy
+from contextpolicy import (
+    AuditPolicy,
+    ContextAuditError,
+    ContextContractError,
+    ContextPlan,
+    ContextPolicyError,
+    Fragment,
+    PolicyOutcome,
+    process_context,
+    validate_context_policy,
+)
+from contextpolicy import _tables as tables
+from contextpolicy.plan import changed_fields
+
+# ---------------------------------------------------------------------------------------------
+# Tables
+
+
+def test_each_kernel_was_built_with_the_tables_of_the_pure_module(kernel):
+    # The compiled module reports the tables its generated header held: a module built from an
+    # older _tables.py (or a header edited by hand) fails here.
+    assert kernel.TABLES == tables.tables()
+    assert (kernel.GROUP_USER_TURN, kernel.GROUP_MESSAGE) == (
+        tables.GROUPING_CODES["user-turn"], tables.GROUPING_CODES["message"],
+    )
+
+
+@pytest.mark.parametrize("role", [*tables.ROLE_CODES, "other", "User", "tools", "", "usér"])
+def test_every_role_of_the_table_gets_its_code_on_both_kernels(differential, role):
+    roles, _chars, flags, _opaque = differential("measure_messages", [{"role": role}])
+    assert int(roles[0]) == tables.ROLE_CODES.get(role, tables.ROLE_OTHER)
+    assert bool(flags[0] & tables.FLAG_OPENS_TURN) == (role == "user")
+    assert bool(flags[0] & tables.FLAG_TOOL_RESULT) == (role in tables.TOOL_RESULT_ROLES)
+
+
+@pytest.mark.parametrize("ptype", [*tables.PART_CODES, "image_url", "Text", "text ", "têxt"])
+def test_every_part_type_of_the_table_is_read_alike_on_both_kernels(differential, ptype):
+    part = {"type": ptype, "text": "abc", "content": "de", "name": "f", "input": {}}
+    _roles, chars, flags, opaque = differential(
+        "measure_messages", [{"role": "assistant", "content": [part]}]
+    )
+    code = tables.PART_CODES.get(ptype, tables.PART_OTHER)
+    expected = {
+        tables.PART_TEXT: 3, tables.PART_TOOL_RESULT: 2, tables.PART_TOOL_USE: 3,
+        tables.PART_OTHER: 0,
+    }[code]
+    assert int(chars[0]) == expected
+    assert int(opaque[0]) == (code == tables.PART_OTHER)
+    assert bool(flags[0] & tables.FLAG_TOOL_CALLS) == (code == tables.PART_TOOL_USE)
+
+
+@pytest.mark.parametrize("role", [*tables.ROLE_CODES, "critic", "Assistant"])
+def test_columnar_role_codes_follow_the_table(differential, role):
+    import numpy as np
+
+    data = role.encode()
+    codes = differential("role_codes_utf8", data, np.array([0, len(data)], dtype=np.int64))
+    assert codes.tolist() == [tables.ROLE_CODES.get(role, tables.ROLE_OTHER)]
+
+
+def test_the_generated_header_spells_every_table_entry():
+    header = tables.c_header()
+    for name in [*tables.ROLE_CODES, *tables.PART_CODES, *tables.KEYS]:
+        assert f'"{name}"' in header, name
+    assert header.count("#define CP_ROLE_") == len(tables.ROLE_NAMES) + 1  # + CP_ROLE_COUNT
+
+
+# ---------------------------------------------------------------------------------------------
+# Public names
+
+
+DESIGN_NAMES = [
+    "ContextPlan", "Fragment", "ContextReport", "ContextResult", "ContextEvent", "StepReport",
+    "Usage", "ContextPolicyError", "ContextPlanError", "ContextAuditError",
+    "ContextCancelledError", "ContextContractError", "InputBudgetError", "ValidatePolicy",
+    "ReducePolicy", "AuditPolicy", "TrimStep", "CompressStep", "validate_context_policy",
+    "process_context", "aprocess_context", "astream_context", "check_input_budget",
+    "kernel_info", "PolicyContext", "PolicyOutcome", "CompressRequest",
+]
+
+
+@pytest.mark.parametrize("name", DESIGN_NAMES)
+def test_design_names_work_from_the_package(name):
+    assert name in contextpolicy.__all__
+    assert getattr(contextpolicy, name) is not None
+    assert name in dir(contextpolicy)
+
+
+def test_all_lists_exactly_the_exported_names():
+    assert contextpolicy.__all__ == sorted(contextpolicy._EXPORTS)
+    for name in contextpolicy.__all__:
+        value = getattr(contextpolicy, name)
+        module = contextpolicy._EXPORTS[name]
+        assert getattr(__import__(f"contextpolicy{module}", fromlist=[name]), name) is value
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        contextpolicy.nope  # noqa: B018
+
+
+def test_layers_have_their_homes():
+    import contextpolicy.adapters
+    import contextpolicy.batch
+    import contextpolicy.cli
+    import contextpolicy.counters
+    import contextpolicy.implementations
+    import contextpolicy.jsonl
+    import contextpolicy.policy
+
+    assert contextpolicy.implementations.DEFAULT_IMPLEMENTATIONS.keys() == {
+        "validate", "reduce", "audit",
+    }
+    assert callable(contextpolicy.jsonl.process_lines)
+    assert callable(contextpolicy.cli.main)
+
+
+# ---------------------------------------------------------------------------------------------
+# A cheap start: the command line loads neither numpy nor the kernel until a command needs them.
+
+EXAMPLES = resources.files("contextpolicy").joinpath("examples")
+
+
+def _imported(*args: str) -> set[str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPROFILEIMPORTTIME"}
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "contextpolicy", *args],
+        capture_output=True, text=True, env=env, timeout=60,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return {
+        line.rsplit("|", 1)[1].strip() for line in proc.stderr.splitlines()
+        if line.startswith("import time:") and "|" in line
+    }
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["validate", str(EXAMPLES.joinpath("policy-reduce.json"))],
+        ["validate", str(EXAMPLES.joinpath("policy-audit.json")),
+         "--plan", str(EXAMPLES.joinpath("audit-plan.json"))],
+        ["schema", "policy"],
+        ["schema", "plan"],
+        ["schema", "report"],
+    ],
+    ids=["help", "validate", "validate-plan", "schema-policy", "schema-plan", "schema-report"],
+)
+def test_the_command_line_starts_without_numpy_or_the_kernel(args):
+    modules = _imported(*args)
+    assert "contextpolicy.cli.main" in modules  # the probe sees the package's own imports
+    heavy = sorted(m for m in modules if m.split(".")[0] == "numpy" or "_kernel" in m)
+    assert heavy == []
+
+
+def test_reduce_does_load_the_kernel():
+    # The probe can fail: a command that needs the kernel is seen loading it.
+    modules = _imported("reduce")
+    assert "numpy" in modules and "contextpolicy._kernel" in modules
+
+
+# ---------------------------------------------------------------------------------------------
+# "This fragment changed", one rule for the contract and the audit: as the model sees it.
+
+QUESTION = Fragment(id="question", kind="question", text="Where is my order?")
+SYSTEM = Fragment(id="system", kind="system", text="Be brief.")
+HISTORY = Fragment(id="history", kind="history", messages=[{"role": "user", "content": "hi"}])
+
+
+def _replacing(fid: str, new: Fragment):
+    def impl(ctx):
+        return PolicyOutcome(fragments=[new if f.id == fid else f for f in ctx.plan.fragments])
+
+    return impl
+
+
+@pytest.mark.usefixtures("pipeline_kernel")
+@pytest.mark.parametrize(
+    ("old", "new", "fields"),
+    [
+        (QUESTION, QUESTION.model_copy(update={"role": "user"}), []),
+        (SYSTEM, SYSTEM.model_copy(update={"role": "system"}), []),
+        (QUESTION, QUESTION.model_copy(update={"metadata": {"seen": 1}}), []),
+        (QUESTION, QUESTION.model_copy(update={"role": "assistant"}), ["role"]),
+        (SYSTEM, SYSTEM.model_copy(update={"role": "developer"}), ["role"]),
+        (QUESTION, QUESTION.with_content("Where is my refund?"), ["content"]),
+        (QUESTION, QUESTION.with_content([{"role": "user", "content": "Where is my order?"}]),
+         ["content"]),
+        (HISTORY, HISTORY.with_content([{"role": "user", "content": "hi"}]), []),
+        (HISTORY, HISTORY.with_content([{"role": "assistant", "content": "hi"}]), ["content"]),
+    ],
+    ids=["explicit-default-role", "explicit-system-role", "metadata", "role", "system-role",
+         "text", "text-to-messages", "equal-messages", "changed-messages"],
+)
+def test_contract_and_audit_judge_a_change_alike(old, new, fields):
+    assert changed_fields(old, new) == fields
+    others = [f for f in (SYSTEM, HISTORY, QUESTION) if f.id != old.id]
+    fragments = sorted([old, *others], key=lambda f: ["system", "history", "question"].index(f.id))
+    plan = ContextPlan(fragments=fragments)
+    edited = [new if f.id == old.id else f for f in fragments]
+
+    # The contract: a custom implementation may hand back a protected fragment only unchanged.
+    impl = {"validate": _replacing(old.id, new)}
+    if old.is_protected and fields:
+        with pytest.raises(ContextContractError, match=f"protected fragment '{old.id}'"):
+            process_context(plan, {"mode": "validate"}, implementations=impl)
+    else:
+        result = process_context(plan, {"mode": "validate"}, implementations=impl)
+        assert result.input == [m for f in edited for m in (
+            f.messages if f.messages is not None
+            else [{"role": f.assembled_role, "content": f.text}]
+        )]
+
+    # The audit: the same pair is a change exactly when the contract says so.
+    audited = ContextPlan(fragments=edited, original=fragments)
+    policy = AuditPolicy(mutable_fragment_ids=[] if old.is_protected else [old.id])
+    if fields and old.is_protected:
+        with pytest.raises(ContextAuditError) as info:
+            process_context(audited, policy)
+        report = info.value.report
+    else:
+        report = process_context(audited, policy).report
+    assert report.audit is not None
+    changes = [(c.fragment_id, c.change, c.fields) for c in report.audit.changes]
+    assert changes == ([(old.id, "modified", fields)] if fields else [])
+
+
+@pytest.mark.usefixtures("pipeline_kernel")
+def test_keep_groups_on_a_text_fragment_is_one_rule_everywhere():
+    policy = {
+        "mode": "reduce", "triggerChars": 10,
+        "steps": [{"id": "c", "kind": "compress", "fragmentId": "notes", "handlerId": "h",
+                   "targetChars": 1, "keepGroups": 1}],
+    }
+    notes = Fragment(id="notes", kind="note", text="a long note")
+    with pytest.raises(ContextPolicyError) as info:
+        validate_context_policy(policy, fragments=[notes], handlers=["h"])
+    assert [(i.path, i.code) for i in info.value.issues] == [("steps[0].keepGroups", "not-messages")]
+    with pytest.raises(ContextPolicyError) as info:
+        process_context(ContextPlan(fragments=[notes]), policy, handlers={"h": lambda r: "x"})
+    assert [(i.path, i.code) for i in info.value.issues] == [("steps[0].keepGroups", "not-messages")]
+    typed = validate_context_policy(policy)  # no fragments known: the rule waits
+    with pytest.raises(ContextPolicyError) as info:
+        process_context(ContextPlan(fragments=[notes]), typed, handlers={"h": lambda r: "x"})
+    assert info.value.codes == ["not-messages"]
