@@ -255,3 +255,25 @@ def test_keep_groups_on_a_text_fragment_is_one_rule_everywhere():
     with pytest.raises(ContextPolicyError) as info:
         process_context(ContextPlan(fragments=[notes]), typed, handlers={"h": lambda r: "x"})
     assert info.value.codes == ["not-messages"]
+
+
+def test_the_readme_architecture_tree_names_real_files():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text("utf-8")
+    tree = readme.split("## Architecture", 1)[1].split("```", 2)[1]
+    package = root / "src" / "contextpolicy"
+    named = 0
+    for line in tree.splitlines():
+        folder = package  # a folder named on a line holds the files after it on that line
+        for word in line.replace("├──", " ").replace("└──", " ").split():
+            if word.endswith("/") and word != "src/contextpolicy/":
+                base = root if word == "csrc/" else package
+                folder = base / word.rstrip("/")
+                assert folder.is_dir(), word
+                named += 1
+            elif word.endswith((".py", ".pyx", ".h")) and not word.startswith("("):
+                assert (folder / word).is_file(), word
+                named += 1
+    assert named >= 25
