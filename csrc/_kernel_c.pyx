@@ -8,10 +8,12 @@ Python object is created per message on the hot path.
 """
 
 cimport cython
-from cpython.dict cimport PyDict_Check
-from cpython.list cimport PyList_Check
+from cpython.dict cimport PyDict_Check, PyDict_CheckExact, PyDict_Size
+from cpython.list cimport PyList_Check, PyList_CheckExact
+from cpython.long cimport PyLong_CheckExact
 from cpython.ref cimport PyObject
-from cpython.unicode cimport PyUnicode_Check
+from cpython.tuple cimport PyTuple_CheckExact
+from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_FromObject
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
 from libc.string cimport memset
 
@@ -46,7 +48,8 @@ cdef extern from "_tables.h":
     int CP_PART_OTHER, CP_PART_TEXT, CP_PART_TOOL_RESULT, CP_PART_TOOL_USE, CP_PART_COUNT
     int CP_GROUP_USER_TURN, CP_GROUP_MESSAGE, CP_GROUP_COUNT
     int CP_KEY_OTHER, CP_KEY_ROLE, CP_KEY_CONTENT, CP_KEY_TOOL_CALLS, CP_KEY_TYPE, CP_KEY_TEXT
-    int CP_KEY_NAME, CP_KEY_INPUT, CP_KEY_FUNCTION, CP_KEY_ARGUMENTS
+    int CP_KEY_NAME, CP_KEY_INPUT, CP_KEY_FUNCTION, CP_KEY_ARGUMENTS, CP_KEY_ID
+    int CP_KEY_TOOL_CALL_ID, CP_KEY_TOOL_USE_ID, CP_MAX_NESTING
     enum: CP_KEY_COUNT
     int cp_role_code(const char* s, Py_ssize_t n) nogil
     int cp_part_code(const char* s, Py_ssize_t n) nogil
@@ -87,19 +90,11 @@ def _built_tables():
         "parts": {cp_part_names[i].decode(): cp_part_codes[i] for i in range(CP_PART_COUNT)},
         "groups": {cp_group_names[i].decode(): cp_group_codes[i] for i in range(CP_GROUP_COUNT)},
         "keys": [cp_key_names[i].decode() for i in range(CP_KEY_COUNT - 1)],
+        "max_nesting": CP_MAX_NESTING,
     }
 
 
 TABLES = _built_tables()
-
-cdef object K_ROLE = "role"
-cdef object K_CONTENT = "content"
-cdef object K_TOOL_CALLS = "tool_calls"
-cdef object K_TYPE = "type"
-cdef object K_ID = "id"
-cdef object K_TOOL_CALL_ID = "tool_call_id"
-cdef object K_TOOL_USE_ID = "tool_use_id"
-
 
 # Dict keys are matched by one pass of PyDict_Next rather than a hash lookup per key: the key
 # objects of a transcript are few (json.loads shares them), so a pointer cache answers almost
@@ -157,13 +152,28 @@ cdef inline int _part_type(object ptype):
 
 cdef object _invalid(object message, Py_ssize_t index, object fid):
     # The hot path only detects that a message is bad; the twin, which walks the message with
-    # full paths, raises the identical ContextPlanError. One source of every error message.
+    # full paths, raises the identical ContextPlanError. One source of every error message. A
+    # message that Python code changed between the two walks may no longer be bad.
     _kernel_py.message_text_pieces(message, index, fid)
-    raise AssertionError(f"message {index} was rejected by the compiled kernel only")
+    raise ContextPlanError.for_message(
+        index, "the message changed while it was measured", fragment_id=fid,
+        code="changed-while-measured",
+    )
 
 
-# Compact JSON length, without building the string, for the common exact types.
+cdef inline object _exact(object s):
+    # An exact str: the text a str subclass holds, whatever its methods say (no Python code).
+    if PyUnicode_CheckExact(s):
+        return s
+    return PyUnicode_FromObject(s)
+
+
+# Compact JSON length, without building the string, for values made of exact built-in types
+# only. Anything else (a float, a subclass, a deep value) sends the whole value to the encoder,
+# as the twin does: Python code a subclass runs (a dict's items()) then runs once, in the same
+# order on both kernels, and never while this walk holds a value.
 cdef int _JSON_MAX_DEPTH = 64
+cdef int64_t NOT_NATIVE = -3
 
 
 cdef inline int64_t _json_str_len(object s) except -1:
@@ -203,44 +213,53 @@ cdef inline int64_t _int_len(object value) except -1:
 
 
 cdef int64_t _json_len(object value, int depth) except -1:
-    cdef int64_t total
+    # The compact JSON length of value, or NOT_NATIVE.
+    cdef int64_t total, item_len
     cdef Py_ssize_t i, n
-    cdef object key
-    cdef type t = type(value)
+    cdef PyObject* k
+    cdef PyObject* v
+    cdef Py_ssize_t pos = 0
     if depth > _JSON_MAX_DEPTH:
-        return len(_ENCODER.encode(value))
-    if t is str:
+        return NOT_NATIVE
+    if PyUnicode_CheckExact(value):
         return _json_str_len(value)
-    if value is None:
-        return 4
-    if value is True:
+    if value is None or value is True:
         return 4
     if value is False:
         return 5
-    if t is int:
+    if PyLong_CheckExact(value):
         return _int_len(value)
-    if t is dict:
-        n = len(<dict>value)
+    if PyDict_CheckExact(value):
+        n = PyDict_Size(value)
         total = 2 + (n - 1 if n > 0 else 0)
-        for key, item in (<dict>value).items():
-            if type(key) is str:
-                total += _json_str_len(key)
-            else:
-                return len(_ENCODER.encode(value))
-            total += 1 + _json_len(item, depth + 1)
+        # No Python code runs in this walk, so the dict cannot change under PyDict_Next.
+        while PyDict_Next(value, &pos, &k, &v):
+            if not PyUnicode_CheckExact(<object>k):
+                return NOT_NATIVE
+            item_len = _json_len(<object>v, depth + 1)
+            if item_len < 0:
+                return NOT_NATIVE
+            total += _json_str_len(<object>k) + 1 + item_len
         return total
-    if t is list or t is tuple:
+    if PyList_CheckExact(value) or PyTuple_CheckExact(value):
         n = len(value)
         total = 2 + (n - 1 if n > 0 else 0)
         for i in range(n):
-            total += _json_len(value[i], depth + 1)
+            item_len = _json_len(value[i], depth + 1)
+            if item_len < 0:
+                return NOT_NATIVE
+            total += item_len
         return total
-    return len(_ENCODER.encode(value))
+    return NOT_NATIVE
 
 
 cdef int64_t _compact_json_len(object value) except -1:
+    # The compact JSON length of value, or -2 when it cannot be encoded.
+    cdef int64_t length = _json_len(value, 0)
+    if length != NOT_NATIVE:
+        return length
     try:
-        return _json_len(value, 0)
+        return len(_ENCODER.encode(value))
     except (TypeError, ValueError, RecursionError):
         return -2
 
@@ -251,10 +270,11 @@ cdef class _Acc:
     cdef int32_t opaque
     cdef list pieces
 
-    cdef inline void add(self, object text):
+    cdef inline int add(self, object text) except -1:
         self.chars += PyUnicode_GET_LENGTH(text)
         if self.pieces is not None:
-            self.pieces.append(text)
+            self.pieces.append(_exact(text))
+        return 0
 
 
 cdef int _add_json(_Acc acc, object value) except -2:
@@ -265,45 +285,51 @@ cdef int _add_json(_Acc acc, object value) except -2:
     return 0
 
 
-cdef uint8_t _parts(object parts, _Acc acc) except? 255:
-    # Returns the flags the parts imply, or 255 when a part is invalid.
-    cdef Py_ssize_t j, n = PyList_GET_SIZE(parts)
+cdef uint8_t _parts(object parts, _Acc acc, int depth) except? 255:
+    # Returns the flags the parts imply, or 255 when a part is invalid. The list is read index
+    # by index, its length read again each time (a part's JSON may run Python code that
+    # changes it), and every value is held as a reference of this function's own.
+    cdef Py_ssize_t j = 0
     cdef uint8_t flags = 0
     cdef PyObject* slots[CP_KEY_COUNT]
-    cdef PyObject* v
     cdef int ptype
     cdef int64_t length
-    cdef object part
-    for j in range(n):
+    cdef object part, ptype_o, text, inner, name, inp
+    while j < PyList_GET_SIZE(parts):
         part = <object>PyList_GET_ITEM(parts, j)
+        j += 1
         if PyUnicode_Check(part):
             acc.add(part)
             continue
         if not PyDict_Check(part):
             return 255
         _scan(part, slots)
-        ptype = CP_PART_OTHER if slots[CP_KEY_TYPE] == NULL else _part_type(<object>slots[CP_KEY_TYPE])
+        ptype = CP_PART_OTHER if slots[CP_KEY_TYPE] == NULL else _part_type(
+            <object>slots[CP_KEY_TYPE]
+        )
         if ptype == CP_PART_TEXT:
-            v = slots[CP_KEY_TEXT]
-            if v == NULL or not PyUnicode_Check(<object>v):
+            if slots[CP_KEY_TEXT] == NULL or not PyUnicode_Check(<object>slots[CP_KEY_TEXT]):
                 return 255
-            acc.add(<object>v)
+            acc.add(<object>slots[CP_KEY_TEXT])
         elif ptype == CP_PART_TOOL_RESULT:
             flags |= F_RESULT
-            v = slots[CP_KEY_CONTENT]
-            if v != NULL and _content(<object>v, acc) < 0:
+            if depth >= CP_MAX_NESTING:
                 return 255
+            if slots[CP_KEY_CONTENT] != NULL:
+                inner = <object>slots[CP_KEY_CONTENT]
+                if _content(inner, acc, depth + 1) < 0:
+                    return 255
         elif ptype == CP_PART_TOOL_USE:
-            v = slots[CP_KEY_NAME]
-            if v != NULL and PyUnicode_Check(<object>v):
-                acc.add(<object>v)
-            v = slots[CP_KEY_INPUT]
-            if v != NULL:
+            name = None if slots[CP_KEY_NAME] == NULL else <object>slots[CP_KEY_NAME]
+            inp = None if slots[CP_KEY_INPUT] == NULL else <object>slots[CP_KEY_INPUT]
+            if name is not None and PyUnicode_Check(name):
+                acc.add(name)
+            if slots[CP_KEY_INPUT] != NULL:
                 if acc.pieces is not None:
-                    if _add_json(acc, <object>v) < 0:
+                    if _add_json(acc, inp) < 0:
                         return 255
                 else:
-                    length = _compact_json_len(<object>v)
+                    length = _compact_json_len(inp)
                     if length < 0:
                         return 255
                     acc.chars += length
@@ -313,11 +339,11 @@ cdef uint8_t _parts(object parts, _Acc acc) except? 255:
     return flags
 
 
-cdef int _content(object content, _Acc acc) except -2:
+cdef int _content(object content, _Acc acc, int depth) except -2:
     if PyUnicode_Check(content):
         acc.add(content)
     elif PyList_Check(content):
-        if _parts(content, acc) == 255:
+        if _parts(content, acc, depth) == 255:
             return -1
     elif content is not None:
         return -1
@@ -325,87 +351,87 @@ cdef int _content(object content, _Acc acc) except -2:
 
 
 cdef int _tool_calls(object calls, _Acc acc) except -2:
-    cdef Py_ssize_t j, n = PyList_GET_SIZE(calls)
+    cdef Py_ssize_t j = 0
     cdef PyObject* slots[CP_KEY_COUNT]
-    cdef PyObject* f
-    cdef PyObject* v
     cdef int64_t length
-    cdef object call, fn, args
-    for j in range(n):
+    cdef object call, fn, name, args
+    while j < PyList_GET_SIZE(calls):
         call = <object>PyList_GET_ITEM(calls, j)
+        j += 1
         if not PyDict_Check(call):
             return -1
         _scan(call, slots)
-        f = slots[CP_KEY_FUNCTION]
-        if f == NULL or <object>f is None:
+        if slots[CP_KEY_FUNCTION] == NULL or <object>slots[CP_KEY_FUNCTION] is None:
             continue
-        fn = <object>f
+        fn = <object>slots[CP_KEY_FUNCTION]
         if not PyDict_Check(fn):
             return -1
         _scan(fn, slots)
-        v = slots[CP_KEY_NAME]
-        if v != NULL and PyUnicode_Check(<object>v):
-            acc.add(<object>v)
-        v = slots[CP_KEY_ARGUMENTS]
-        if v != NULL:
-            args = <object>v
+        name = None if slots[CP_KEY_NAME] == NULL else <object>slots[CP_KEY_NAME]
+        args = None if slots[CP_KEY_ARGUMENTS] == NULL else <object>slots[CP_KEY_ARGUMENTS]
+        if name is not None and PyUnicode_Check(name):
+            acc.add(name)
+        if args is not None:
             if PyUnicode_Check(args):
                 acc.add(args)
-            elif args is not None:
-                if acc.pieces is not None:
-                    if _add_json(acc, args) < 0:
-                        return -1
-                else:
-                    length = _compact_json_len(args)
-                    if length < 0:
-                        return -1
-                    acc.chars += length
+            elif acc.pieces is not None:
+                if _add_json(acc, args) < 0:
+                    return -1
+            else:
+                length = _compact_json_len(args)
+                if length < 0:
+                    return -1
+                acc.chars += length
     return 0
 
 
 cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
                       int8_t* role_out) except? 255:
     cdef PyObject* slots[CP_KEY_COUNT]
-    cdef PyObject* r
-    cdef PyObject* c
-    cdef PyObject* t
-    cdef object content, calls
+    cdef object role, content, calls
     cdef int8_t code
     cdef uint8_t flags = 0
     if not PyDict_Check(message):
         _invalid(message, index, fid)
     _scan(message, slots)
-    r = slots[CP_KEY_ROLE]
-    if r == NULL or not PyUnicode_Check(<object>r):
+    # Every value is taken (a reference of our own) before any Python code can run.
+    role = None if slots[CP_KEY_ROLE] == NULL else <object>slots[CP_KEY_ROLE]
+    content = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
+    calls = None if slots[CP_KEY_TOOL_CALLS] == NULL else <object>slots[CP_KEY_TOOL_CALLS]
+    if role is None or not PyUnicode_Check(role):
         _invalid(message, index, fid)
-    code = _role_code(<object>r)
-    c = slots[CP_KEY_CONTENT]
-    if c != NULL:
-        content = <object>c
+    code = _role_code(role)
+    if content is not None:
         if PyUnicode_Check(content):
             acc.add(content)
         elif PyList_Check(content):
-            flags = _parts(content, acc)
+            flags = _parts(content, acc, 0)
             if flags == 255:
                 _invalid(message, index, fid)
-        elif content is not None:
+        else:
             _invalid(message, index, fid)
     # A user message that carries tool_result blocks belongs to the turn that called the tool.
     if code == R_USER and not (flags & F_RESULT):
         flags |= F_OPENS
     if code == R_TOOL or code == R_FUNCTION:
         flags |= F_RESULT
-    t = slots[CP_KEY_TOOL_CALLS]
-    if t != NULL and <object>t is not None:
-        calls = <object>t
+    if calls is not None:
         if not PyList_Check(calls):
             _invalid(message, index, fid)
         if PyList_GET_SIZE(calls) > 0:
             flags |= F_CALLS
-            if _tool_calls(calls, acc) < 0:
-                _invalid(message, index, fid)
+        if _tool_calls(calls, acc) < 0:
+            _invalid(message, index, fid)
     role_out[0] = code
     return flags
+
+
+cdef object _changed(object fragment_id):
+    return ContextPlanError(
+        "the message list changed while it was measured",
+        path=f"fragments[{fragment_id}].messages" if fragment_id is not None else "messages",
+        code="changed-while-measured",
+    )
 
 
 def measure_messages(messages, fragment_id=None):
@@ -427,13 +453,20 @@ def measure_messages(messages, fragment_id=None):
     cdef int32_t[::1] opaque = opaque_a
     cdef _Acc acc = _Acc()
     cdef int8_t code = 0
+    cdef object message
     for i in range(n):
+        # The list is read again at each message: Python code a message runs may change it.
+        if i >= PyList_GET_SIZE(messages):
+            raise _changed(fragment_id)
+        message = <object>PyList_GET_ITEM(messages, i)
         acc.chars = 0
         acc.opaque = 0
-        flags[i] = _message(<object>PyList_GET_ITEM(messages, i), acc, i, fragment_id, &code)
+        flags[i] = _message(message, acc, i, fragment_id, &code)
         roles[i] = code
         chars[i] = acc.chars
         opaque[i] = acc.opaque
+    if PyList_GET_SIZE(messages) != n:
+        raise _changed(fragment_id)
     return roles_a, chars_a, flags_a, opaque_a
 
 
@@ -504,108 +537,116 @@ def trim_cut(group_chars_in, int64_t keep_groups, int64_t target_chars):
     return _cut(&group_chars[0], n, keep_groups, target_chars)
 
 
-cdef inline object _str_item(object d, object key):
-    cdef PyObject* v = PyDict_GetItemWithError(d, key)
+# Pairing reads messages the way measuring does (keys by their text, ids as exact str, lists
+# index by index), and trusts nothing the flags say about them: a message may have changed since
+# it was measured.
+
+cdef inline object _str_slot(PyObject** slots, int key):
+    # The exact str under a key the last _scan found, or None.
+    cdef PyObject* v = slots[key]
     if v == NULL or not PyUnicode_Check(<object>v):
         return None
-    return <object>v
+    return _exact(<object>v)
 
 
-cdef inline object _part_of_type(object part, int wanted):
-    cdef PyObject* p
-    if not PyDict_Check(part):
-        return False
-    p = PyDict_GetItemWithError(part, K_TYPE)
-    return p != NULL and _part_type(<object>p) == wanted
+cdef list _typed_parts(object content, int wanted):
+    # The (type-matching) part dicts of a content list.
+    cdef list found = []
+    cdef Py_ssize_t j = 0
+    cdef PyObject* slots[CP_KEY_COUNT]
+    cdef object part
+    if not PyList_Check(content):
+        return found
+    while j < PyList_GET_SIZE(content):
+        part = <object>PyList_GET_ITEM(content, j)
+        j += 1
+        if not PyDict_Check(part):
+            continue
+        _scan(part, slots)
+        if slots[CP_KEY_TYPE] != NULL and _part_type(<object>slots[CP_KEY_TYPE]) == wanted:
+            found.append(part)
+    return found
 
 
-cdef set _called_before(list messages, const uint8_t[::1] flags, Py_ssize_t stop):
-    # Every call id made by messages[:stop]; built only once a result misses the pending calls.
-    cdef set called = set()
-    cdef Py_ssize_t i
-    for i in range(stop):
-        if flags[i] & F_CALLS:
-            _collect_calls(<object>PyList_GET_ITEM(messages, i), i, None, called)
-    return called
-
-
-cdef int _collect_calls(object message, Py_ssize_t i, dict pending, set called) except -1:
-    cdef PyObject* v
-    cdef Py_ssize_t j
-    cdef object cid, content, tool_calls, part
-    v = PyDict_GetItemWithError(message, K_TOOL_CALLS)
-    if v != NULL and PyList_Check(<object>v):
-        tool_calls = <object>v
-        for j in range(PyList_GET_SIZE(tool_calls)):
-            cid = _str_item(<object>PyList_GET_ITEM(tool_calls, j), K_ID)
-            if cid is not None:
-                _add_call(cid, i, pending, called)
-    v = PyDict_GetItemWithError(message, K_CONTENT)
-    if v != NULL and PyList_Check(<object>v):
-        content = <object>v
-        for j in range(PyList_GET_SIZE(content)):
-            part = <object>PyList_GET_ITEM(content, j)
-            if _part_of_type(part, CP_PART_TOOL_USE):
-                cid = _str_item(part, K_ID)
+cdef list _call_ids(object message):
+    # Ids of the tool calls a message makes: tool_calls[].id and tool_use blocks (see _tool_ids).
+    cdef list ids = []
+    cdef Py_ssize_t j = 0
+    cdef PyObject* slots[CP_KEY_COUNT]
+    cdef object calls, content, call, cid
+    _scan(message, slots)
+    calls = None if slots[CP_KEY_TOOL_CALLS] == NULL else <object>slots[CP_KEY_TOOL_CALLS]
+    content = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
+    if calls is not None and PyList_Check(calls):
+        while j < PyList_GET_SIZE(calls):
+            call = <object>PyList_GET_ITEM(calls, j)
+            j += 1
+            if PyDict_Check(call):
+                _scan(call, slots)
+                cid = _str_slot(slots, CP_KEY_ID)
                 if cid is not None:
-                    _add_call(cid, i, pending, called)
-    return 0
+                    ids.append(cid)
+    if content is not None:
+        for part in _typed_parts(content, CP_PART_TOOL_USE):
+            _scan(part, slots)
+            cid = _str_slot(slots, CP_KEY_ID)
+            if cid is not None:
+                ids.append(cid)
+    return ids
 
 
-cdef inline int _add_call(object cid, Py_ssize_t i, dict pending, set called) except -1:
-    if called is not None:
-        called.add(cid)
-    if pending is not None and cid not in pending:
-        pending[cid] = i
-    return 0
+cdef list _result_ids(object message):
+    # Ids a message answers: a tool message's tool_call_id and tool_result blocks' tool_use_id.
+    cdef list ids = []
+    cdef PyObject* slots[CP_KEY_COUNT]
+    cdef object role, content
+    _scan(message, slots)
+    role = None if slots[CP_KEY_ROLE] == NULL else <object>slots[CP_KEY_ROLE]
+    content = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
+    if role is not None and PyUnicode_Check(role) and _role_code(role) == R_TOOL:
+        ids.append(_str_slot(slots, CP_KEY_TOOL_CALL_ID))
+    if content is not None:
+        for part in _typed_parts(content, CP_PART_TOOL_RESULT):
+            _scan(part, slots)
+            ids.append(_str_slot(slots, CP_KEY_TOOL_USE_ID))
+    return ids
 
 
-def tool_pairing(list messages, flags_in):
+def tool_pairing(messages, flags_in):
     """Tool results without an earlier call and calls without a later result (see the twin)."""
+    if not PyList_Check(messages):
+        raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
     cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
-    cdef Py_ssize_t i, j, n = flags.shape[0]
+    cdef Py_ssize_t i, n = flags.shape[0]
     cdef uint8_t f
     cdef dict pending = {}
-    cdef set called = None
+    cdef set called = set()
     cdef list found = []
-    cdef PyObject* v
-    cdef object message, content, part, cid
-    if n > len(messages):
-        raise ValueError(f"flags and messages differ in length ({n} != {len(messages)})")
+    cdef object message, cid
+    if n > PyList_GET_SIZE(messages):
+        raise ValueError(
+            f"flags and messages differ in length ({n} != {PyList_GET_SIZE(messages)})"
+        )
     for i in range(n):
         f = flags[i]
         if not (f & (F_CALLS | F_RESULT)):
             continue
+        if i >= PyList_GET_SIZE(messages):
+            raise ValueError("the message list changed while its pairing was checked")
         message = <object>PyList_GET_ITEM(messages, i)
         if not PyDict_Check(message):
             raise TypeError(f"message {i} is not a dict: flags do not belong to these messages")
         if f & F_RESULT:
-            v = PyDict_GetItemWithError(message, K_ROLE)
-            if _role_code(<object>v) == R_TOOL:
-                cid = _str_item(message, K_TOOL_CALL_ID)
+            for cid in _result_ids(message):
                 if cid is not None and cid in pending:
                     del pending[cid]
-                else:
-                    if called is None and cid is not None:
-                        called = _called_before(messages, flags, i)
-                    if cid is None or cid not in called:
-                        found.append((i, "orphan-tool-result", cid))
-            v = PyDict_GetItemWithError(message, K_CONTENT)
-            if v != NULL and PyList_Check(<object>v):
-                content = <object>v
-                for j in range(PyList_GET_SIZE(content)):
-                    part = <object>PyList_GET_ITEM(content, j)
-                    if _part_of_type(part, CP_PART_TOOL_RESULT):
-                        cid = _str_item(part, K_TOOL_USE_ID)
-                        if cid is not None and cid in pending:
-                            del pending[cid]
-                        else:
-                            if called is None and cid is not None:
-                                called = _called_before(messages, flags, i)
-                            if cid is None or cid not in called:
-                                found.append((i, "orphan-tool-result", cid))
+                elif cid is None or cid not in called:
+                    found.append((i, "orphan-tool-result", cid))
         if f & F_CALLS:
-            _collect_calls(message, i, pending, called)
+            for cid in _call_ids(message):
+                called.add(cid)
+                if cid not in pending:
+                    pending[cid] = i
     for cid, i in pending.items():
         found.append((i, "unanswered-tool-call", cid))
     found.sort(key=_first)

@@ -18,12 +18,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from ._read import exact_str, fields, items
 from ._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
     GROUP_MESSAGE,
     GROUP_USER_TURN,
+    MAX_NESTING,
     PART_CODES,
     PART_OTHER,
     PART_TEXT,
@@ -83,15 +85,28 @@ class _Acc:
         self.pieces = pieces
 
     def add(self, text: str) -> None:
+        text = exact_str(text)
         self.chars += len(text)
         if self.pieces is not None:
             self.pieces.append(text)
 
 
-def _parts(parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str) -> int:
+def _too_deep(index: int, fid: str | None, field: str) -> ContextPlanError:
+    return ContextPlanError.for_message(
+        index, f"tool_result blocks nest deeper than {MAX_NESTING} levels (or a content list "
+        "contains itself)", fragment_id=fid, field=field, code="too-deep",
+    )
+
+
+def _parts(
+    parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str, depth: int
+) -> int:
     """Count a list of content parts; return the flags they imply (tool results, tool uses)."""
     flags = 0
-    for j, part in enumerate(parts):
+    # Index by index, the length read again each time: the list may change while a part's JSON
+    # is encoded (a dict subclass's items() runs Python code), and the compiled kernel reads it
+    # the same way.
+    for j, part in items(parts):
         where = f"{field}[{j}]"
         if isinstance(part, str):
             acc.add(part)
@@ -101,10 +116,13 @@ def _parts(parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str)
                 index, f"expected a content part object or string, got {type(part).__name__}",
                 fragment_id=fid, field=where, code="invalid-content",
             )
-        ptype = part.get("type")
-        code = PART_CODES.get(ptype, PART_OTHER) if isinstance(ptype, str) else PART_OTHER
+        f = fields(part)
+        ptype = f.get("type")
+        code = PART_CODES.get(exact_str(ptype), PART_OTHER) if isinstance(ptype, str) else (
+            PART_OTHER
+        )
         if code == PART_TEXT:
-            text = part.get("text")
+            text = f.get("text")
             if not isinstance(text, str):
                 raise ContextPlanError.for_message(
                     index, f"expected a string text, got {type(text).__name__}",
@@ -113,29 +131,34 @@ def _parts(parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str)
             acc.add(text)
         elif code == PART_TOOL_RESULT:
             flags |= FLAG_TOOL_RESULT
-            _content(part.get("content"), acc, index, fid, where + ".content")
+            if depth >= MAX_NESTING:
+                raise _too_deep(index, fid, where + ".content")
+            _content(f.get("content"), acc, index, fid, where + ".content", depth + 1)
         elif code == PART_TOOL_USE:
-            name = part.get("name")
+            name = f.get("name")
             if isinstance(name, str):
                 acc.add(name)
-            if "input" in part:
-                acc.add(_compact_json(part["input"], index, fid, where + ".input"))
+            if "input" in f:
+                acc.add(_compact_json(f["input"], index, fid, where + ".input"))
             flags |= FLAG_TOOL_CALLS
         else:
             acc.opaque += 1
     return flags
 
 
-def _content(content: Any, acc: _Acc, index: int, fid: str | None, field: str) -> None:
+def _content(
+    content: Any, acc: _Acc, index: int, fid: str | None, field: str, depth: int = 0
+) -> int:
     if isinstance(content, str):
         acc.add(content)
     elif isinstance(content, list):
-        _parts(content, acc, index, fid, field)
+        return _parts(content, acc, index, fid, field, depth)
     elif content is not None:
         raise ContextPlanError.for_message(
             index, f"expected a string, a list of parts or null, got {type(content).__name__}",
             fragment_id=fid, field=field, code="invalid-content",
         )
+    return 0
 
 
 def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int, int]:
@@ -145,62 +168,65 @@ def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int,
             index, f"expected a message object (dict), got {type(message).__name__}",
             fragment_id=fid, code="invalid-message",
         )
-    role = message.get("role")
+    # Every key is read before any Python code can run (the JSON of a tool input may).
+    f = fields(message)
+    role = f.get("role")
     if not isinstance(role, str):
         what = "missing" if role is None else f"a {type(role).__name__}"
         raise ContextPlanError.for_message(
             index, f"expected a string role, got {what}", fragment_id=fid, field="role",
             code="invalid-role",
         )
+    role = exact_str(role)
     code = ROLE_CODES.get(role, ROLE_OTHER)
-    flags = 0
-    content = message.get("content")
-    if isinstance(content, str):
-        acc.add(content)
-    elif isinstance(content, list):
-        flags = _parts(content, acc, index, fid, "content")
-    elif content is not None:
-        raise ContextPlanError.for_message(
-            index, f"expected a string, a list of parts or null, got {type(content).__name__}",
-            fragment_id=fid, field="content", code="invalid-content",
-        )
+    flags = _content(f.get("content"), acc, index, fid, "content")
     # A user message that carries tool_result blocks belongs to the turn that called the tool.
     if code == ROLE_USER and not flags & FLAG_TOOL_RESULT:
         flags |= FLAG_OPENS_TURN
     if role in TOOL_RESULT_ROLES:
         flags |= FLAG_TOOL_RESULT
-    calls = message.get("tool_calls")
+    calls = f.get("tool_calls")
     if calls is not None:
         if not isinstance(calls, list):
             raise ContextPlanError.for_message(
                 index, f"expected a list of tool calls, got {type(calls).__name__}",
                 fragment_id=fid, field="tool_calls", code="invalid-tool-calls",
             )
-        if calls:
+        if list.__len__(calls):
             flags |= FLAG_TOOL_CALLS
-        for j, call in enumerate(calls):
+        for j, call in items(calls):
+            where = f"tool_calls[{j}]"
             if not isinstance(call, dict):
                 raise ContextPlanError.for_message(
                     index, f"expected a tool call object, got {type(call).__name__}",
-                    fragment_id=fid, field=f"tool_calls[{j}]", code="invalid-tool-calls",
+                    fragment_id=fid, field=where, code="invalid-tool-calls",
                 )
-            fn = call.get("function")
+            fn = fields(call).get("function")
             if fn is None:
                 continue
             if not isinstance(fn, dict):
                 raise ContextPlanError.for_message(
                     index, f"expected a function object, got {type(fn).__name__}",
-                    fragment_id=fid, field=f"tool_calls[{j}].function", code="invalid-tool-calls",
+                    fragment_id=fid, field=where + ".function", code="invalid-tool-calls",
                 )
-            name = fn.get("name")
+            ff = fields(fn)
+            name = ff.get("name")
             if isinstance(name, str):
                 acc.add(name)
-            args = fn.get("arguments")
+            args = ff.get("arguments")
             if isinstance(args, str):
                 acc.add(args)
             elif args is not None:
-                acc.add(_compact_json(args, index, fid, f"tool_calls[{j}].function.arguments"))
+                acc.add(_compact_json(args, index, fid, where + ".function.arguments"))
     return code, flags
+
+
+def _changed(fragment_id: str | None) -> ContextPlanError:
+    return ContextPlanError(
+        "the message list changed while it was measured",
+        path=f"fragments[{fragment_id}].messages" if fragment_id is not None else "messages",
+        code="changed-while-measured",
+    )
 
 
 def measure_messages(
@@ -208,7 +234,9 @@ def measure_messages(
 ) -> tuple[npt.NDArray[np.int8], Int64Array, npt.NDArray[np.uint8], npt.NDArray[np.int32]]:
     """One pass over ``messages``: (role codes, chars, flags, opaque parts), one entry each.
 
-    Raises :class:`ContextPlanError` naming ``fragment_id`` and the index of a bad message.
+    Raises :class:`ContextPlanError` naming ``fragment_id`` and the index of a bad message, and
+    when the list changes size while it is measured (Python code a message runs, such as a dict
+    subclass's ``items()`` in a tool input, can change it).
     """
     if not isinstance(messages, list):
         raise ContextPlanError(
@@ -216,18 +244,22 @@ def measure_messages(
             path=f"fragments[{fragment_id}].messages" if fragment_id is not None else "messages",
             code="invalid-messages",
         )
-    n = len(messages)
+    n = list.__len__(messages)
     roles = np.zeros(n, dtype=np.int8)
     chars = np.zeros(n, dtype=np.int64)
     flags = np.zeros(n, dtype=np.uint8)
     opaque = np.zeros(n, dtype=np.int32)
     acc = _Acc(None)
-    for i, message in enumerate(messages):
+    for i in range(n):
+        if i >= list.__len__(messages):
+            raise _changed(fragment_id)
         acc.chars = 0
         acc.opaque = 0
-        roles[i], flags[i] = _message(message, acc, i, fragment_id)
+        roles[i], flags[i] = _message(list.__getitem__(messages, i), acc, i, fragment_id)
         chars[i] = acc.chars
         opaque[i] = acc.opaque
+    if list.__len__(messages) != n:
+        raise _changed(fragment_id)
     return roles, chars, flags, opaque
 
 
@@ -290,13 +322,17 @@ def tool_pairing(
     with no later result; a call id used again needs a result of its own). Only messages flagged
     as calls or results are read.
     """
-    if len(flags) > len(messages):
-        raise ValueError(f"flags and messages differ in length ({len(flags)} != {len(messages)})")
+    if not isinstance(messages, list):
+        raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+    if len(flags) > list.__len__(messages):
+        raise ValueError(
+            f"flags and messages differ in length ({len(flags)} != {list.__len__(messages)})"
+        )
     called: set[str] = set()
     pending: dict[str, int] = {}
     found: list[tuple[int, str, str | None]] = []
     for i in np.flatnonzero(flags & (FLAG_TOOL_CALLS | FLAG_TOOL_RESULT)).tolist():
-        message = messages[i]
+        message = list.__getitem__(messages, i)
         if not isinstance(message, dict):
             raise TypeError(f"message {i} is not a dict: flags do not belong to these messages")
         f = int(flags[i])

@@ -65,9 +65,14 @@ GROUP_USER_TURN: Final = 0
 GROUP_MESSAGE: Final = 1
 GROUPING_CODES: Final[dict[str, int]] = {"user-turn": GROUP_USER_TURN, "message": GROUP_MESSAGE}
 
-# Message and part keys the compiled kernel recognises in one pass over a dict.
+# How deep tool_result blocks may nest (a block in the content of a block ...). Deeper nesting,
+# and a content list that contains itself, is a ContextPlanError on both kernels.
+MAX_NESTING: Final = 100
+
+# Message and part keys the kernels recognise, by their text, in one pass over a dict.
 KEYS: Final[tuple[str, ...]] = (
     "role", "content", "tool_calls", "type", "text", "name", "input", "function", "arguments",
+    "id", "tool_call_id", "tool_use_id",
 )
 
 
@@ -79,6 +84,7 @@ def tables() -> dict[str, object]:
         "parts": dict(PART_CODES),
         "groups": dict(GROUPING_CODES),
         "keys": list(KEYS),
+        "max_nesting": MAX_NESTING,
     }
 
 
@@ -123,6 +129,7 @@ def c_header() -> str:
         f"#define CP_PART_TOOL_USE {PART_TOOL_USE}",
     ]
     out += [f"#define CP_GROUP_{_c_name(kind)} {code}" for kind, code in GROUPING_CODES.items()]
+    out += [f"#define CP_MAX_NESTING {MAX_NESTING}"]
     out += [f"#define CP_KEY_{_c_name(key)} {i + 1}" for i, key in enumerate(KEYS)]
     out += ["#define CP_KEY_OTHER 0", f"#define CP_KEY_COUNT {len(KEYS) + 1}", ""]
     out += [*_matcher("cp_role_code", ROLE_CODES, "CP_ROLE_OTHER"), ""]
