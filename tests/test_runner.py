@@ -9,6 +9,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import sys
 from importlib import resources
 from pathlib import Path
 
@@ -132,24 +133,60 @@ def test_any_range_size_and_job_count_give_the_results_of_one_process(corpus, ma
     assert no_workers_left()
 
 
-@pytest.fixture
-def forked():
-    """Patches of the worker reach worker processes only when they are forked."""
-    if runner._context().get_start_method() != "fork":
-        pytest.skip("worker processes are spawned here, and a patch does not reach them")
+class Probe(runner._Worker):
+    """A worker that does a little more, however worker processes start: forked, they inherit
+    it; spawned (macOS, Windows, ``CONTEXTPOLICY_START_METHOD=spawn``) or started by a fork
+    server, they unpickle it, by reference to this module, with what it was given here (a
+    patch of the worker's class, by contrast, reaches forked workers only).
 
+    ``log``: a file where every batch appends the id of the process that worked on it.
+    ``action``: a module-level function called for every line in a worker process (never in
+    this one). ``describe``: every line's output is how the process that handled it started."""
 
-def test_the_ranges_are_shared_between_this_process_and_the_workers(corpus, tmp_path,
-                                                                     monkeypatch, forked):
-    log = tmp_path / "pids"
-    original = runner._Worker.batch
+    def __init__(self, policy, with_reports, parent=None, log=None, action=None, describe=False):
+        super().__init__(policy, with_reports)
+        self.parent = os.getpid() if parent is None else parent
+        self.log, self.action, self.describe = log, action, describe
+
+    def __reduce__(self):
+        return (type(self), (self.policy_doc, self.with_reports, self.parent, self.log,
+                             self.action, self.describe))
 
     def batch(self, task, between=None):
-        with open(log, "a") as fh:
-            fh.write(f"{os.getpid()}\n")
-        return original(self, task, between)
+        if self.log is not None:
+            with open(self.log, "a") as fh:
+                fh.write(f"{os.getpid()}\n")
+        return super().batch(task, between)
 
-    monkeypatch.setattr(runner._Worker, "batch", batch)
+    def line(self, number, raw):
+        if os.getpid() != self.parent:
+            if self.action is not None:
+                self.action()
+        if self.describe:
+            started = {"pid": os.getpid(), "ppid": os.getppid(), "inherited": INHERITED,
+                       "spawned": "--multiprocessing-fork" in sys.orig_argv}
+            return runner.LineResult(number, output=json.dumps(started).encode())
+        return super().line(number, raw)
+
+
+# Set in this process by the start-method test: a worker that sees it was forked from here.
+INHERITED = False
+
+
+@pytest.fixture
+def probe(monkeypatch):
+    """``probe(**what)``: the runs of this test use a ``Probe`` worker given ``what``."""
+
+    def use(**what):
+        monkeypatch.setattr(runner, "_Worker", lambda policy, with_reports:
+                            Probe(policy, with_reports, **what))
+
+    return use
+
+
+def test_the_ranges_are_shared_between_this_process_and_the_workers(corpus, tmp_path, probe):
+    log = tmp_path / "pids"
+    probe(log=str(log))
     shared = outcome(corpus, 4_000, 3)
     pids = log.read_text().split()
     assert len(pids) == len(ranges(corpus, 4_000, 3))  # each range once
@@ -161,24 +198,16 @@ def test_the_ranges_are_shared_between_this_process_and_the_workers(corpus, tmp_
 # failures and interruptions stop the workers
 
 
-def in_a_worker(action):
-    parent = os.getpid()
-    original = runner._Worker.line
-
-    def line(self, number, raw):
-        if os.getpid() != parent:
-            action()
-        return original(self, number, raw)
-
-    return line
-
-
 def fail():
     raise ValueError("a bug in a worker")
 
 
-def test_a_worker_that_fails_stops_the_run_with_its_traceback(corpus, monkeypatch, forked):
-    monkeypatch.setattr(runner._Worker, "line", in_a_worker(fail))
+def die():
+    os._exit(3)
+
+
+def test_a_worker_that_fails_stops_the_run_with_its_traceback(corpus, probe):
+    probe(action=fail)
     before = gc.get_threshold()
     with pytest.raises(RuntimeError, match="a worker process failed") as info:
         outcome(corpus, 8_000, 2)
@@ -186,8 +215,8 @@ def test_a_worker_that_fails_stops_the_run_with_its_traceback(corpus, monkeypatc
     assert no_workers_left() and gc.get_threshold() == before
 
 
-def test_a_worker_that_dies_stops_the_run_with_its_exit_code(corpus, monkeypatch, forked):
-    monkeypatch.setattr(runner._Worker, "line", in_a_worker(lambda: os._exit(3)))
+def test_a_worker_that_dies_stops_the_run_with_its_exit_code(corpus, probe):
+    probe(action=die)
     with pytest.raises(RuntimeError, match=r"a worker process exited unexpectedly \(exit code 3\)"):
         outcome(corpus, 8_000, 2)
     assert no_workers_left()
@@ -232,4 +261,73 @@ def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch,
     monkeypatch.setattr(runner._Worker, "line", line)
     with pytest.raises(KeyboardInterrupt):
         outcome(corpus, 200_000, jobs)
+    assert no_workers_left()
+
+
+# ---------------------------------------------------------------------------------------------
+# how worker processes start: CONTEXTPOLICY_START_METHOD
+
+AVAILABLE = [m for m in runner.START_METHODS if m in multiprocessing.get_all_start_methods()]
+
+
+@pytest.mark.parametrize("source", ["stream", "file"])
+@pytest.mark.parametrize("method", AVAILABLE)
+def test_the_variable_selects_how_the_workers_start(corpus, monkeypatch, probe, method, source):
+    monkeypatch.setenv(runner.START_METHOD_VARIABLE, method)
+    monkeypatch.setattr(sys.modules[__name__], "INHERITED", True)
+    probe(describe=True)
+    assert runner.start_method() == runner._context().get_start_method() == method
+    if source == "stream":  # batches of lines go to a pool of workers
+        batches = [[(n, b"{}") for n in range(k * 4 + 1, k * 4 + 5)] for k in range(8)]
+        outputs = [r.output for r in process_lines(batches, POLICY, jobs=2)]
+    else:  # the ranges of a file are shared between this process and a worker
+        with InputFile(str(corpus)) as source_file:
+            outputs = [r.output for r in process_lines(source_file.ranges(4_000, workers=2),
+                                                       POLICY, jobs=2)]
+    here = os.getpid()
+    workers = [w for w in map(json.loads, outputs) if w["pid"] != here]
+    assert workers, "no line was handled by a worker process"
+    for worker in workers:
+        if method == "fork":  # a copy of this process: it sees what was set here
+            assert (worker["ppid"], worker["inherited"], worker["spawned"]) == (here, True, False)
+        elif method == "spawn":  # a new interpreter started by this process
+            assert (worker["ppid"], worker["inherited"], worker["spawned"]) == (here, False, True)
+        else:  # forked by the fork server, a new interpreter that this process started
+            assert worker["ppid"] != here and not worker["inherited"] and not worker["spawned"]
+    assert no_workers_left()
+
+
+@pytest.mark.parametrize("value", [None, ""])
+def test_without_the_variable_workers_fork_on_linux_and_are_spawned_elsewhere(monkeypatch,
+                                                                             value):
+    if value is None:
+        monkeypatch.delenv(runner.START_METHOD_VARIABLE, raising=False)
+    else:
+        monkeypatch.setenv(runner.START_METHOD_VARIABLE, value)
+    expected = "fork" if sys.platform == "linux" else "spawn"
+    assert runner.start_method() == runner._context().get_start_method() == expected
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+@pytest.mark.parametrize("value", ["vfork", "Spawn", "spawn ", "threads"])
+def test_an_unknown_start_method_is_a_clear_error_before_any_work(monkeypatch, value, jobs):
+    monkeypatch.setenv(runner.START_METHOD_VARIABLE, value)
+    with pytest.raises(ValueError) as info:
+        next(process_lines([[(1, b'{"id": "a", "messages": []}')]], POLICY, jobs=jobs))
+    assert str(info.value) == (
+        f"CONTEXTPOLICY_START_METHOD={value!r} is not a start method: expected one of fork, "
+        "spawn, forkserver (or unset for the default)"
+    )
+    assert no_workers_left()
+
+
+def test_a_start_method_this_platform_lacks_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # Windows
+    monkeypatch.setenv(runner.START_METHOD_VARIABLE, "forkserver")
+    with pytest.raises(ValueError) as info:
+        next(process_lines([[(1, b'{"id": "a", "messages": []}')]], POLICY, jobs=2))
+    assert str(info.value) == (
+        f"CONTEXTPOLICY_START_METHOD=forkserver: that start method is not available on "
+        f"{sys.platform}; expected one of spawn (or unset for the default)"
+    )
     assert no_workers_left()

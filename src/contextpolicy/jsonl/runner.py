@@ -313,11 +313,36 @@ def _work(batch: list[tuple[int, bytes]] | FileRange) -> tuple[int, list[LineRes
     return _WORKER.batch(batch)
 
 
+START_METHOD_VARIABLE = "CONTEXTPOLICY_START_METHOD"
+START_METHODS = ("fork", "spawn", "forkserver")
+
+
+def start_method() -> str:
+    """How worker processes are started: ``CONTEXTPOLICY_START_METHOD`` (``fork``, ``spawn`` or
+    ``forkserver``) when it is set, so that the spawn path of macOS and Windows can run on Linux;
+    otherwise fork, which starts workers in milliseconds, where it is safe (Linux), and spawn
+    elsewhere. A value that is not one of those, or not available here, is a ``ValueError``
+    naming the variable and the values allowed."""
+    available = multiprocessing.get_all_start_methods()
+    chosen = os.environ.get(START_METHOD_VARIABLE, "")
+    if not chosen:
+        return "fork" if "fork" in available and sys.platform == "linux" else "spawn"
+    if chosen not in START_METHODS:
+        raise ValueError(
+            f"{START_METHOD_VARIABLE}={chosen!r} is not a start method: expected one of "
+            f"{', '.join(START_METHODS)} (or unset for the default)"
+        )
+    if chosen not in available:
+        here = ", ".join(m for m in START_METHODS if m in available)
+        raise ValueError(
+            f"{START_METHOD_VARIABLE}={chosen}: that start method is not available on "
+            f"{sys.platform}; expected one of {here} (or unset for the default)"
+        )
+    return chosen
+
+
 def _context() -> Any:
-    # fork starts workers in milliseconds where it is safe; elsewhere spawn.
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("fork" if "fork" in methods and sys.platform == "linux"
-                                       else "spawn")
+    return multiprocessing.get_context(start_method())
 
 
 def process_lines(
@@ -334,7 +359,10 @@ def process_lines(
     ``jobs - 1`` worker processes, each of which maps the file itself. Lines read from a stream
     go to ``jobs`` worker processes, while this one reads (and decompresses) the input.
     """
-    worker = _Worker(policy, with_reports)  # an invalid policy fails here, before any work
+    # An invalid policy, or start method of CONTEXTPOLICY_START_METHOD, fails here, before any
+    # work (whatever the number of jobs, so that a wrong setting is never silently ignored).
+    start_method()
+    worker = _Worker(policy, with_reports)
     base = 0
 
     def absolute(spanned: int, results: list[LineResult]) -> list[LineResult]:
