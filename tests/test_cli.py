@@ -8,11 +8,13 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from importlib import resources
 from pathlib import Path
 
 import jsonschema
+import psutil
 import pytest
 
 from contextpolicy import check_input_budget
@@ -246,6 +248,15 @@ def interruptible(workdir: Path, *args: str) -> subprocess.Popen:
     )
 
 
+# Ctrl-C is SIGINT, sent to the one process, on Linux and macOS.
+ctrl_c = pytest.mark.skipif(
+    sys.platform == "win32",
+    reason="Windows has no SIGINT to send to one process: Ctrl-C is a console event delivered "
+    "to every process attached to the console, the test runner included",
+)
+
+
+@ctrl_c
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_leaves_no_half_file(workdir, jobs):
     # Input arrives through a pipe that stays open, so the run is certainly still going (and
@@ -266,19 +277,30 @@ def test_ctrl_c_leaves_no_half_file(workdir, jobs):
     assert not (workdir / "out.jsonl").exists() and leftovers(workdir) == []
 
 
-def child_processes(pid: int) -> list[int]:
-    with open(f"/proc/{pid}/task/{pid}/children") as fh:
-        return [int(p) for p in fh.read().split()]
+def workers_of(pid: int) -> list[psutil.Process]:
+    """The worker processes of the run ``pid``: its child processes, but not the helpers that
+    multiprocessing starts for spawn and forkserver (its resource tracker, and the fork server,
+    whose children the workers are then)."""
+    workers = []
+    for child in psutil.Process(pid).children():
+        command = " ".join(child.cmdline())
+        if "multiprocessing.resource_tracker" in command:
+            continue
+        if "multiprocessing.forkserver" in command:
+            workers += child.children()
+        else:
+            workers.append(child)
+    return workers
 
 
-def running(pid: int) -> bool:
+def running(process: psutil.Process) -> bool:
     try:
-        with open(f"/proc/{pid}/stat") as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
         return False
 
 
+@ctrl_c
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_ctrl_c_on_a_file_stops_the_workers_and_leaves_no_report(workdir, jobs):
     # Nobody reads the output, so the run is certainly still going (blocked writing it, its
@@ -288,37 +310,58 @@ def test_ctrl_c_on_a_file_stops_the_workers_and_leaves_no_report(workdir, jobs):
     assert proc.stdout.read(1) == b"{"  # reducing has begun
     time.sleep(0.5)
     assert proc.poll() is None, "the run ended before the interrupt"
-    workers = child_processes(proc.pid) if sys.platform == "linux" else []
-    assert len(workers) == int(jobs) - 1 or sys.platform != "linux"
+    workers = workers_of(proc.pid)
+    assert len(workers) == int(jobs) - 1
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
     assert b"interrupted; no output file was written" in err and b"Traceback" not in err
     assert not (workdir / "r.json").exists() and leftovers(workdir) == []
-    assert not any(running(pid) for pid in workers)
+    assert not any(running(worker) for worker in workers)
 
 
 def read_terminal(args: list[str], cwd: Path) -> tuple[int, str]:
-    """Run with standard error on a pseudo-terminal; its exit status and what it showed there."""
+    """Run with standard error on a pseudo-terminal; its exit status and what it showed there.
+
+    The follower end stays open here until the run has ended and what it wrote is read: macOS
+    throws away what is unread when the last follower closes; Linux keeps it for the reader, but
+    may hand it over a moment after the write, so it is read to the end once the follower is
+    closed."""
     import pty
+    import select
 
     leader, follower = pty.openpty()
-    proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                            stderr=follower, env={**os.environ, "TERM": "xterm", "COLUMNS": "100"})
-    os.close(follower)
     shown = b""
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:  # the terminal is closed: the run has ended
-            break
-        if not chunk:
-            break
-        shown += chunk
-    os.close(leader)
+    try:
+        proc = subprocess.Popen(args, cwd=cwd, stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=follower,
+                                env={**os.environ, "TERM": "xterm", "COLUMNS": "100"})
+        ended = False
+        while True:
+            if select.select([leader], [], [], 0 if ended else 0.05)[0]:
+                shown += os.read(leader, 65536)
+            elif ended:
+                break
+            else:
+                ended = proc.poll() is not None
+        os.close(follower)
+        follower = -1
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal is closed (Linux) and everything was read
+                break
+            if not chunk:  # the same, elsewhere
+                break
+            shown += chunk
+    finally:
+        if follower != -1:
+            os.close(follower)
+        os.close(leader)
     return proc.wait(timeout=60), shown.decode("utf-8", "replace")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="a pseudo-terminal is POSIX-only")
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_progress_bar_on_a_terminal_and_none_on_a_pipe(workdir, jobs):
     write_corpus(workdir / "in.jsonl", 10, repeat=6)
@@ -437,6 +480,79 @@ def test_bench_on_an_input_file(workdir):
     assert b"kernel (python)" in result.stdout and b"langchain" not in result.stdout
 
 
+# The peak resident memory of a run's process and of its largest worker (none with --jobs 1),
+# in bytes, each as the platform keeps it:
+# - Linux: VmHWM (ru_maxrss would count what the forked test runner held before exec), and
+#   ru_maxrss (KiB) over the workers;
+# - macOS: ru_maxrss (bytes) of the process, which ``run_probe`` starts with posix_spawn so that
+#   it never was a copy of the test runner, and over the workers;
+# - Windows: psutil's peak_wset (the peak working set) of the process, and of the workers as
+#   sampled while they run: a process's peak so far, so the last sample before a worker exits
+#   (10 ms or less before it does) stands for the worker.
+PEAK_PROBE = """\
+import os
+import sys
+
+os.chdir(sys.argv[1])
+if sys.platform == "win32":
+    import threading
+
+    import psutil
+
+    me = psutil.Process()
+    workers_peak = 0
+    stop = threading.Event()
+
+    def sample():
+        global workers_peak
+        while not stop.wait(0.01):
+            for child in me.children(recursive=True):  # a venv's launcher starts python
+                try:
+                    workers_peak = max(workers_peak, child.memory_info().peak_wset)
+                except psutil.Error:  # it has just ended
+                    pass
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+from contextpolicy.cli import main
+
+rc = main(["reduce", sys.argv[2], "--policy", "policy.json", "-o", "out.jsonl", "-q",
+           "--jobs", sys.argv[3]])
+if sys.platform == "win32":
+    stop.set()
+    sampler.join()
+    print(me.memory_info().peak_wset, workers_peak)
+else:
+    import resource
+
+    unit = 1 if sys.platform == "darwin" else 1024
+    if sys.platform == "linux":
+        status = open("/proc/self/status").read().split("VmHWM:")[1]
+        peak = int(status.split()[0]) * 1024
+    else:
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit
+    print(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * unit)
+sys.exit(rc)
+"""
+
+
+def run_probe(*args: str) -> tuple[int, str, str]:
+    """PEAK_PROBE run with ARGS: its exit status, standard output and standard error."""
+    command = [sys.executable, "-c", PEAK_PROBE, *args]
+    if sys.platform != "darwin":
+        result = subprocess.run(command, capture_output=True, text=True)
+        return result.returncode, result.stdout, result.stderr
+    # posix_spawn on macOS makes a new process, where fork would copy this one first.
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        pid = os.posix_spawn(sys.executable, command, os.environ, file_actions=[
+            (os.POSIX_SPAWN_DUP2, out.fileno(), 1), (os.POSIX_SPAWN_DUP2, err.fileno(), 2),
+        ])
+        status = os.waitpid(pid, 0)[1]
+        out.seek(0)
+        err.seek(0)
+        return os.waitstatus_to_exitcode(status), out.read().decode(), err.read().decode()
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_memory_stays_flat_in_the_number_of_lines(workdir, jobs):
     write_corpus(workdir / "lines.jsonl", 40, seed=1, size=(50, 150))
@@ -444,28 +560,11 @@ def test_memory_stays_flat_in_the_number_of_lines(workdir, jobs):
     # Both far past the ranges a run holds at a time (42 and 125 MB).
     (workdir / "small.jsonl").write_bytes(lines * 16)
     (workdir / "big.jsonl").write_bytes(lines * 48)
-    # The peak resident memory of the run's process (VmHWM: ru_maxrss would count what the
-    # forked test runner held before exec) and of its largest worker (none with --jobs 1).
-    probe = (
-        "import resource, sys\n"
-        "from contextpolicy.cli import main\n"
-        "rc = main(['reduce', sys.argv[1], '--policy', 'policy.json', '-o', 'out.jsonl', '-q',\n"
-        "           '--jobs', sys.argv[2]])\n"
-        "unit = 1 if sys.platform == 'darwin' else 1024\n"
-        "try:\n"
-        "    status = open('/proc/self/status').read().split('VmHWM:')[1]\n"
-        "    peak = int(status.split()[0]) * 1024\n"
-        "except OSError:\n"
-        "    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * unit\n"
-        "print(peak, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * unit)\n"
-        "sys.exit(rc)\n"
-    )
     rss = {}
     for name in ("small.jsonl", "big.jsonl"):
-        result = subprocess.run([sys.executable, "-c", probe, name, jobs], cwd=workdir,
-                                capture_output=True, text=True)
-        assert result.returncode == 0, result.stderr
-        rss[name] = [int(n) for n in result.stdout.split()]
+        returncode, stdout, stderr = run_probe(str(workdir), name, jobs)
+        assert returncode == 0, stderr
+        rss[name] = [int(n) for n in stdout.split()]
     measured = ("process", "worker")[:int(jobs)]  # --jobs 1 has no worker
     for this_one, big, small in zip(measured, rss["big.jsonl"], rss["small.jsonl"]):
         # 1,280 more lines cost less memory than the 40 they repeat take on disk: what a run
