@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -26,12 +27,12 @@ EXAMPLES = Path(str(resources.files("contextpolicy").joinpath("examples")))
 SEED_POLICY = json.loads((EXAMPLES / "policy-reduce.json").read_text())
 
 
-def run(*args, stdin=None, cwd=None, timeout=120):
+def run(*args, stdin=None, cwd=None, timeout=120, env=None):
     # The installed script, never a skip: a missing script is a failed install.
     assert SCRIPT.exists(), f"the console script is not installed at {SCRIPT}"
     return subprocess.run(
         [str(SCRIPT), *map(str, args)], input=stdin, capture_output=True, cwd=cwd,
-        timeout=timeout,
+        timeout=timeout, env=None if env is None else {**os.environ, **env},
     )
 
 
@@ -129,6 +130,43 @@ def test_jobs_2_writes_exactly_what_jobs_1_writes(workdir):
     r1 = json.loads((workdir / "one.json").read_text())
     r2 = json.loads((workdir / "two.json").read_text())
     assert r1["conversations"] == r2["conversations"]
+
+
+START_METHODS = [m for m in ("fork", "spawn", "forkserver")
+                 if m in multiprocessing.get_all_start_methods()]
+
+
+@pytest.mark.parametrize("method", START_METHODS)
+def test_jobs_2_writes_what_jobs_1_writes_however_workers_start(workdir, method):
+    # CONTEXTPOLICY_START_METHOD: the workers of a file (its ranges) and of a pipe (a pool).
+    write_corpus(workdir / "in.jsonl", 40, seed=4, size=(4, 40))
+    data = (workdir / "in.jsonl").read_bytes()
+    expected = run("reduce", "in.jsonl", "--policy", "policy.json", "-q", cwd=workdir).stdout
+    env = {"CONTEXTPOLICY_START_METHOD": method}
+    filed = run("reduce", "in.jsonl", "--policy", "policy.json", "-q", "--jobs", "2",
+                cwd=workdir, env=env)
+    piped = run("reduce", "-", "--policy", "policy.json", "-q", "--jobs", "2", stdin=data,
+                cwd=workdir, env=env)
+    assert filed.returncode == piped.returncode == 0, filed.stderr + piped.stderr
+    assert filed.stdout == piped.stdout == expected and expected.count(b"\n") == 40
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="cli/main.py does not yet turn the runner's ValueError for CONTEXTPOLICY_START_METHOD "
+    "into a CliError: the run ends with a traceback and exit status 1",
+)
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_an_unknown_start_method_is_a_one_line_error(workdir, jobs):
+    write_corpus(workdir / "in.jsonl", 3)
+    result = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
+                 "--jobs", jobs, cwd=workdir, env={"CONTEXTPOLICY_START_METHOD": "vfork"})
+    assert result.stderr.decode().splitlines() == [
+        "contextpolicy reduce: error: CONTEXTPOLICY_START_METHOD='vfork' is not a start "
+        "method: expected one of fork, spawn, forkserver (or unset for the default)"
+    ]
+    assert result.returncode == 2
+    assert not (workdir / "out.jsonl").exists() and leftovers(workdir) == []
 
 
 def test_stdin_to_stdout(workdir):
