@@ -4,7 +4,8 @@
 #      (CIBUILDWHEEL=1, the pinned Cython of build-constraints.txt) and the pure wheel;
 #   2. check what each archive carries (the sdist: the Cython source and the tests; the wheels:
 #      no .pyx, no .c; the pure wheel: py3-none-any with no compiled module);
-#   3. auditwheel-repair the compiled wheel to a manylinux tag;
+#   3. auditwheel-repair the compiled wheel to a manylinux tag, and check that its compiled
+#      module is under 1 MB (a release build without debug information);
 #   4. in fresh virtual environments install (a) the repaired wheel, (b) the pure wheel and
 #      (c) the sdist with no compiler (CC=false CXX=false), and run the test suite of the sdist
 #      against each installed package, never against the source tree: (a) through the
@@ -88,6 +89,28 @@ case "$(basename "$repaired")" in
   *manylinux*) ;;
   *) fail "auditwheel produced $(basename "$repaired"), not a manylinux wheel" ;;
 esac
+
+step "the compiled module of the repaired wheel is under 1 MB"
+limit=1048576
+module_info="$("$tools_python" - "$repaired" <<'PY'
+import fnmatch
+import sys
+import zipfile
+
+with zipfile.ZipFile(sys.argv[1]) as zf:
+    found = [i for i in zf.infolist() if fnmatch.fnmatch(i.filename, "contextpolicy/_kernel_c*.so")]
+if len(found) != 1:
+    sys.exit(f"expected one contextpolicy/_kernel_c*.so in the wheel, found {len(found)}")
+print(found[0].filename, found[0].file_size)
+PY
+)" || fail "the compiled module of $(basename "$repaired") could not be measured"
+module="${module_info% *}"
+module_size="${module_info##* }"
+echo "$module: $module_size bytes ($((module_size / 1024)) KiB; the limit is $limit bytes)"
+if [ "$module_size" -ge "$limit" ]; then
+  fail "$module in $(basename "$repaired") is $module_size bytes, not under $limit (1 MB):" \
+    "was it built with debug information?"
+fi
 
 step "archive contents"
 "$tools_python" - "$sdist" "$wheel" "$repaired" "$pure_wheel" <<'PY'
