@@ -150,15 +150,46 @@ cdef inline int _part_type(object ptype):
     return cp_part_code(<const char*>PyUnicode_DATA(ptype), PyUnicode_GET_LENGTH(ptype))
 
 
-cdef object _invalid(object message, Py_ssize_t index, object fid):
-    # The hot path only detects that a message is bad; the twin, which walks the message with
-    # full paths, raises the identical ContextPlanError. One source of every error message. A
-    # message that Python code changed between the two walks may no longer be bad.
-    _kernel_py.message_text_pieces(message, index, fid)
+# A bad message is detected on the hot path and described on the way out: the innermost check
+# records what was expected (_fail) and each level adds its part of the field path (_at) as it
+# returns. The messages, codes and paths are the twin's, word for word; no second walk is
+# needed, so Python code a message runs (a dict subclass's items()) runs once, as in the twin.
+cdef object _fail_message = None
+cdef object _fail_code = None
+cdef list _fail_path = []
+
+
+cdef int _fail(object message, object code, object segment) except -1:
+    global _fail_message, _fail_code
+    _fail_message = message
+    _fail_code = code
+    del _fail_path[:]
+    if segment:
+        _fail_path.append(segment)
+    return 0
+
+
+cdef inline int _at(object segment) except -1:
+    _fail_path.append(segment)
+    return 0
+
+
+cdef object _invalid(Py_ssize_t index, object fid):
+    field = "".join(reversed(_fail_path))
     raise ContextPlanError.for_message(
-        index, "the message changed while it was measured", fragment_id=fid,
-        code="changed-while-measured",
+        index, _fail_message, fragment_id=fid, field=field, code=_fail_code,
     )
+
+
+cdef uint8_t _list_changed() except? 254:
+    # A content or tool_calls list grew or shrank while it was read (Python code one of its
+    # items ran changed it): an error, so that a list that keeps growing ends the walk.
+    _fail("the list changed while it was measured", "changed-while-measured", "")
+    return 255
+
+
+cdef str _type_name(object value):
+    return type(value).__name__
 
 
 cdef inline object _exact(object s):
@@ -254,13 +285,14 @@ cdef int64_t _json_len(object value, int depth) except -1:
 
 
 cdef int64_t _compact_json_len(object value) except -1:
-    # The compact JSON length of value, or -2 when it cannot be encoded.
+    # The compact JSON length of value, or -2 (and _fail) when it cannot be encoded.
     cdef int64_t length = _json_len(value, 0)
     if length != NOT_NATIVE:
         return length
     try:
         return len(_ENCODER.encode(value))
-    except (TypeError, ValueError, RecursionError):
+    except (TypeError, ValueError, RecursionError) as exc:
+        _fail(f"expected JSON-serialisable data ({exc})", "invalid-json", "")
         return -2
 
 
@@ -279,92 +311,126 @@ cdef class _Acc:
 
 cdef int _add_json(_Acc acc, object value) except -2:
     try:
-        acc.add(_ENCODER.encode(value))
-    except (TypeError, ValueError, RecursionError):
+        text = _ENCODER.encode(value)
+    except (TypeError, ValueError, RecursionError) as exc:
+        _fail(f"expected JSON-serialisable data ({exc})", "invalid-json", "")
         return -1
+    acc.add(text)
+    return 0
+
+
+cdef int _json_into(_Acc acc, object value) except -2:
+    # Count the compact JSON of value; -1 (and _fail) when it cannot be encoded.
+    cdef int64_t length
+    if acc.pieces is not None:
+        return _add_json(acc, value)
+    length = _compact_json_len(value)
+    if length < 0:
+        return -1
+    acc.chars += length
     return 0
 
 
 cdef uint8_t _parts(object parts, _Acc acc, int depth) except? 255:
-    # Returns the flags the parts imply, or 255 when a part is invalid. The list is read index
-    # by index, its length read again each time (a part's JSON may run Python code that
-    # changes it), and every value is held as a reference of this function's own.
-    cdef Py_ssize_t j = 0
+    # Returns the flags the parts imply, or 255 (and _fail) when a part is invalid. The list is
+    # read index by index, its length read again each time (a part's JSON may run Python code
+    # that changes it), and every value is held as a reference of this function's own.
+    cdef Py_ssize_t j = 0, n = PyList_GET_SIZE(parts)
     cdef uint8_t flags = 0
     cdef PyObject* slots[CP_KEY_COUNT]
     cdef int ptype
-    cdef int64_t length
-    cdef object part, ptype_o, text, inner, name, inp
-    while j < PyList_GET_SIZE(parts):
+    cdef object part, text, inner, name, inp
+    while j < n:
+        if PyList_GET_SIZE(parts) != n:
+            return _list_changed()
         part = <object>PyList_GET_ITEM(parts, j)
         j += 1
         if PyUnicode_Check(part):
             acc.add(part)
             continue
         if not PyDict_Check(part):
+            _fail(f"expected a content part object or string, got {_type_name(part)}",
+                  "invalid-content", "")
+            _at(f"[{j - 1}]")
             return 255
         _scan(part, slots)
         ptype = CP_PART_OTHER if slots[CP_KEY_TYPE] == NULL else _part_type(
             <object>slots[CP_KEY_TYPE]
         )
         if ptype == CP_PART_TEXT:
-            if slots[CP_KEY_TEXT] == NULL or not PyUnicode_Check(<object>slots[CP_KEY_TEXT]):
+            text = None if slots[CP_KEY_TEXT] == NULL else <object>slots[CP_KEY_TEXT]
+            if text is None or not PyUnicode_Check(text):
+                _fail(f"expected a string text, got {_type_name(text)}", "invalid-content",
+                      ".text")
+                _at(f"[{j - 1}]")
                 return 255
-            acc.add(<object>slots[CP_KEY_TEXT])
+            acc.add(text)
         elif ptype == CP_PART_TOOL_RESULT:
             flags |= F_RESULT
+            inner = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
             if depth >= CP_MAX_NESTING:
+                _fail(f"tool_result blocks nest deeper than {CP_MAX_NESTING} levels (or a "
+                      "content list contains itself)", "too-deep", ".content")
+                _at(f"[{j - 1}]")
                 return 255
-            if slots[CP_KEY_CONTENT] != NULL:
-                inner = <object>slots[CP_KEY_CONTENT]
-                if _content(inner, acc, depth + 1) < 0:
-                    return 255
+            if inner is not None and _content(inner, acc, depth + 1) < 0:
+                _at(".content")
+                _at(f"[{j - 1}]")
+                return 255
         elif ptype == CP_PART_TOOL_USE:
             name = None if slots[CP_KEY_NAME] == NULL else <object>slots[CP_KEY_NAME]
             inp = None if slots[CP_KEY_INPUT] == NULL else <object>slots[CP_KEY_INPUT]
             if name is not None and PyUnicode_Check(name):
                 acc.add(name)
-            if slots[CP_KEY_INPUT] != NULL:
-                if acc.pieces is not None:
-                    if _add_json(acc, inp) < 0:
-                        return 255
-                else:
-                    length = _compact_json_len(inp)
-                    if length < 0:
-                        return 255
-                    acc.chars += length
+            if slots[CP_KEY_INPUT] != NULL and _json_into(acc, inp) < 0:
+                _at(".input")
+                _at(f"[{j - 1}]")
+                return 255
             flags |= F_CALLS
         else:
             acc.opaque += 1
+    if PyList_GET_SIZE(parts) != n:
+        return _list_changed()
     return flags
 
 
 cdef int _content(object content, _Acc acc, int depth) except -2:
+    # -1 (and _fail) when the content is invalid; the caller adds the field's name.
     if PyUnicode_Check(content):
         acc.add(content)
     elif PyList_Check(content):
         if _parts(content, acc, depth) == 255:
             return -1
     elif content is not None:
+        _fail(f"expected a string, a list of parts or null, got {_type_name(content)}",
+              "invalid-content", "")
         return -1
     return 0
 
 
 cdef int _tool_calls(object calls, _Acc acc) except -2:
-    cdef Py_ssize_t j = 0
+    cdef Py_ssize_t j = 0, n = PyList_GET_SIZE(calls)
     cdef PyObject* slots[CP_KEY_COUNT]
-    cdef int64_t length
     cdef object call, fn, name, args
-    while j < PyList_GET_SIZE(calls):
+    while j < n:
+        if PyList_GET_SIZE(calls) != n:
+            _list_changed()
+            return -1
         call = <object>PyList_GET_ITEM(calls, j)
         j += 1
         if not PyDict_Check(call):
+            _fail(f"expected a tool call object, got {_type_name(call)}", "invalid-tool-calls",
+                  "")
+            _at(f"[{j - 1}]")
             return -1
         _scan(call, slots)
         if slots[CP_KEY_FUNCTION] == NULL or <object>slots[CP_KEY_FUNCTION] is None:
             continue
         fn = <object>slots[CP_KEY_FUNCTION]
         if not PyDict_Check(fn):
+            _fail(f"expected a function object, got {_type_name(fn)}", "invalid-tool-calls",
+                  ".function")
+            _at(f"[{j - 1}]")
             return -1
         _scan(fn, slots)
         name = None if slots[CP_KEY_NAME] == NULL else <object>slots[CP_KEY_NAME]
@@ -374,14 +440,13 @@ cdef int _tool_calls(object calls, _Acc acc) except -2:
         if args is not None:
             if PyUnicode_Check(args):
                 acc.add(args)
-            elif acc.pieces is not None:
-                if _add_json(acc, args) < 0:
-                    return -1
-            else:
-                length = _compact_json_len(args)
-                if length < 0:
-                    return -1
-                acc.chars += length
+            elif _json_into(acc, args) < 0:
+                _at(".function.arguments")
+                _at(f"[{j - 1}]")
+                return -1
+    if PyList_GET_SIZE(calls) != n:
+        _list_changed()
+        return -1
     return 0
 
 
@@ -392,24 +457,28 @@ cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
     cdef int8_t code
     cdef uint8_t flags = 0
     if not PyDict_Check(message):
-        _invalid(message, index, fid)
+        _fail(f"expected a message object (dict), got {_type_name(message)}",
+              "invalid-message", "")
+        _invalid(index, fid)
     _scan(message, slots)
     # Every value is taken (a reference of our own) before any Python code can run.
     role = None if slots[CP_KEY_ROLE] == NULL else <object>slots[CP_KEY_ROLE]
     content = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
     calls = None if slots[CP_KEY_TOOL_CALLS] == NULL else <object>slots[CP_KEY_TOOL_CALLS]
     if role is None or not PyUnicode_Check(role):
-        _invalid(message, index, fid)
+        _fail("expected a string role, got " + (
+            "missing" if role is None else f"a {_type_name(role)}"
+        ), "invalid-role", "role")
+        _invalid(index, fid)
     code = _role_code(role)
-    if content is not None:
-        if PyUnicode_Check(content):
-            acc.add(content)
-        elif PyList_Check(content):
-            flags = _parts(content, acc, 0)
-            if flags == 255:
-                _invalid(message, index, fid)
-        else:
-            _invalid(message, index, fid)
+    if PyList_Check(content):
+        flags = _parts(content, acc, 0)
+        if flags == 255:
+            _at("content")
+            _invalid(index, fid)
+    elif _content(content, acc, 0) < 0:
+        _at("content")
+        _invalid(index, fid)
     # A user message that carries tool_result blocks belongs to the turn that called the tool.
     if code == R_USER and not (flags & F_RESULT):
         flags |= F_OPENS
@@ -417,11 +486,14 @@ cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
         flags |= F_RESULT
     if calls is not None:
         if not PyList_Check(calls):
-            _invalid(message, index, fid)
+            _fail(f"expected a list of tool calls, got {_type_name(calls)}",
+                  "invalid-tool-calls", "tool_calls")
+            _invalid(index, fid)
         if PyList_GET_SIZE(calls) > 0:
             flags |= F_CALLS
         if _tool_calls(calls, acc) < 0:
-            _invalid(message, index, fid)
+            _at("tool_calls")
+            _invalid(index, fid)
     role_out[0] = code
     return flags
 

@@ -151,11 +151,6 @@ def test_jobs_2_writes_what_jobs_1_writes_however_workers_start(workdir, method)
     assert filed.stdout == piped.stdout == expected and expected.count(b"\n") == 40
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="cli/main.py does not yet turn the runner's ValueError for CONTEXTPOLICY_START_METHOD "
-    "into a CliError: the run ends with a traceback and exit status 1",
-)
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_an_unknown_start_method_is_a_one_line_error(workdir, jobs):
     write_corpus(workdir / "in.jsonl", 3)

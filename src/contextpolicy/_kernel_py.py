@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from ._read import exact_str, fields, items
+from ._read import ListChanged, exact_str, fields, items
 from ._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
@@ -98,10 +98,26 @@ def _too_deep(index: int, fid: str | None, field: str) -> ContextPlanError:
     )
 
 
+def _list_changed(index: int, fid: str | None, field: str) -> ContextPlanError:
+    return ContextPlanError.for_message(
+        index, "the list changed while it was measured", fragment_id=fid, field=field,
+        code="changed-while-measured",
+    )
+
+
 def _parts(
     parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str, depth: int
 ) -> int:
     """Count a list of content parts; return the flags they imply (tool results, tool uses)."""
+    try:
+        return _read_parts(parts, acc, index, fid, field, depth)
+    except ListChanged:
+        raise _list_changed(index, fid, field) from None
+
+
+def _read_parts(
+    parts: list[Any], acc: _Acc, index: int, fid: str | None, field: str, depth: int
+) -> int:
     flags = 0
     # Index by index, the length read again each time: the list may change while a part's JSON
     # is encoded (a dict subclass's items() runs Python code), and the compiled kernel reads it
@@ -194,31 +210,38 @@ def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int,
             )
         if list.__len__(calls):
             flags |= FLAG_TOOL_CALLS
-        for j, call in items(calls):
-            where = f"tool_calls[{j}]"
-            if not isinstance(call, dict):
-                raise ContextPlanError.for_message(
-                    index, f"expected a tool call object, got {type(call).__name__}",
-                    fragment_id=fid, field=where, code="invalid-tool-calls",
-                )
-            fn = fields(call).get("function")
-            if fn is None:
-                continue
-            if not isinstance(fn, dict):
-                raise ContextPlanError.for_message(
-                    index, f"expected a function object, got {type(fn).__name__}",
-                    fragment_id=fid, field=where + ".function", code="invalid-tool-calls",
-                )
-            ff = fields(fn)
-            name = ff.get("name")
-            if isinstance(name, str):
-                acc.add(name)
-            args = ff.get("arguments")
-            if isinstance(args, str):
-                acc.add(args)
-            elif args is not None:
-                acc.add(_compact_json(args, index, fid, where + ".function.arguments"))
+        try:
+            _read_calls(calls, acc, index, fid)
+        except ListChanged:
+            raise _list_changed(index, fid, "tool_calls") from None
     return code, flags
+
+
+def _read_calls(calls: list[Any], acc: _Acc, index: int, fid: str | None) -> None:
+    for j, call in items(calls):
+        where = f"tool_calls[{j}]"
+        if not isinstance(call, dict):
+            raise ContextPlanError.for_message(
+                index, f"expected a tool call object, got {type(call).__name__}",
+                fragment_id=fid, field=where, code="invalid-tool-calls",
+            )
+        fn = fields(call).get("function")
+        if fn is None:
+            continue
+        if not isinstance(fn, dict):
+            raise ContextPlanError.for_message(
+                index, f"expected a function object, got {type(fn).__name__}",
+                fragment_id=fid, field=where + ".function", code="invalid-tool-calls",
+            )
+        ff = fields(fn)
+        name = ff.get("name")
+        if isinstance(name, str):
+            acc.add(name)
+        args = ff.get("arguments")
+        if isinstance(args, str):
+            acc.add(args)
+        elif args is not None:
+            acc.add(_compact_json(args, index, fid, where + ".function.arguments"))
 
 
 def _changed(fragment_id: str | None) -> ContextPlanError:

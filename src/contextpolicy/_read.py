@@ -15,7 +15,7 @@ from typing import Any
 
 from ._tables import KEYS
 
-__all__ = ["exact_str", "fields", "items"]
+__all__ = ["ListChanged", "exact_str", "fields", "items"]
 
 KEY_SET = frozenset(KEYS)
 _dict_items = dict.items
@@ -44,10 +44,19 @@ def fields(d: dict[Any, Any]) -> dict[str, Any]:
     return out
 
 
+class ListChanged(Exception):
+    """A list changed its length while it was read (Python code an item ran changed it)."""
+
+
 def items(value: list[Any]) -> Iterator[tuple[int, Any]]:
-    """``(index, item)`` of a list's real storage; the length is read again before each item,
-    so a list that changes while it is read is read as it is at each step (as C does)."""
-    j = 0
-    while j < _list_len(value):
+    """``(index, item)`` of a list's real storage. Its length is read again before each item
+    and after the last: a list that grows or shrinks while it is read raises
+    :class:`ListChanged` (as the compiled kernel does at the same points), so that a list that
+    keeps growing can never keep the reader going."""
+    n = _list_len(value)
+    for j in range(n):
+        if _list_len(value) != n:
+            raise ListChanged
         yield j, _list_get(value, j)
-        j += 1
+    if _list_len(value) != n:
+        raise ListChanged

@@ -109,7 +109,7 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
 
 def cmd_reduce(args: argparse.Namespace) -> int:
     from ..jsonl.files import AtomicOutput, InputFile, batched_lines
-    from ..jsonl.runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines
+    from ..jsonl.runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines, start_method
 
     console = stderr()
     example = args.input is None and args.policy is None
@@ -130,6 +130,10 @@ def cmd_reduce(args: argparse.Namespace) -> int:
         input_path, policy_path = args.input or "-", args.policy
     if args.jobs < 1:
         raise CliError(f"--jobs: expected a number >= 1, got {args.jobs}")
+    try:
+        start_method()  # CONTEXTPOLICY_START_METHOD, checked before any file is opened
+    except ValueError as exc:
+        raise CliError(str(exc)) from None
     policy = _load_policy(policy_path)
     summary = Summary()
     started = time.perf_counter()

@@ -1,0 +1,313 @@
+"""Hostile Python objects and the cases that feed them to the kernels.
+
+Run as a script (``python -m tests.hostile CASE...``, from the project root) it runs each named
+case on every kernel that imports, in this fresh interpreter, and prints one JSON line per case:
+what each kernel returned or raised. The tests run it in a subprocess, so that a kernel that
+crashes fails a test instead of killing the test runner.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+# ---------------------------------------------------------------------------------------------
+# Objects that lie
+
+
+class LyingStr(str):
+    """A str whose length, equality and hash lie."""
+
+    def __len__(self) -> int:
+        return 1
+
+    def __eq__(self, other: object) -> bool:
+        return True
+
+    def __ne__(self, other: object) -> bool:
+        return False
+
+    def __hash__(self) -> int:
+        return 0
+
+    def __str__(self) -> str:
+        return "lie"
+
+
+class LyingList(list):
+    """A list whose length and iteration lie (it says it is empty)."""
+
+    def __len__(self) -> int:
+        return 0
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        return iter(())
+
+    def __getitem__(self, index: Any) -> Any:
+        raise IndexError("lying list")
+
+
+class LyingDict(dict):
+    """A dict whose accessors lie about every key."""
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return "lie"
+
+    def __getitem__(self, key: Any) -> Any:
+        return "lie"
+
+    def items(self):  # type: ignore[no-untyped-def]
+        return [("lie", "lie")]
+
+    def keys(self):  # type: ignore[no-untyped-def]
+        return ["lie"]
+
+    def __contains__(self, key: object) -> bool:
+        return False
+
+
+class OnItems(dict):
+    """A dict that runs ``action`` each time its items are read (as json.dumps does)."""
+
+    def __init__(self, action: Callable[[], None], *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.action = action
+
+    def items(self):  # type: ignore[no-untyped-def]
+        self.action()
+        return super().items()
+
+
+def deep_tool_result(levels: int) -> dict[str, Any]:
+    content: Any = "bottom"
+    for _ in range(levels):
+        content = [{"type": "tool_result", "tool_use_id": "t", "content": content}]
+    return {"role": "user", "content": content}
+
+
+def deep_list(levels: int) -> Any:
+    value: Any = 1
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
+def tool_use(value: Any) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
+                                               "input": value}]}
+
+
+# ---------------------------------------------------------------------------------------------
+# Cases: name -> a function of a kernel module that returns a JSON-able figure (or raises).
+
+
+def _measure(kernel: Any, messages: list[Any]) -> list[list[int]]:
+    roles, chars, flags, opaque = kernel.measure_messages(messages, "h")
+    return [roles.tolist(), chars.tolist(), flags.tolist(), opaque.tolist()]
+
+
+def _shrinking_history() -> list[Any]:
+    msgs: list[Any] = [{"role": "user", "content": "hi"} for _ in range(6)]
+    msgs[1] = tool_use(OnItems(lambda: msgs.clear(), {"q": 1}))
+    return msgs
+
+
+def _growing_history() -> list[Any]:
+    msgs: list[Any] = [{"role": "user", "content": "hi"}]
+    msgs.append(tool_use(OnItems(lambda: msgs.append({"role": "user", "content": "x" * 9}),
+                                 {"q": 1})))
+    msgs.append({"role": "user", "content": "end"})
+    return msgs
+
+
+def _clearing_parts() -> list[Any]:
+    parts: list[Any] = []
+    parts += [{"type": "tool_use", "id": "a", "name": "f",
+               "input": OnItems(lambda: parts.clear(), {"q": 1})},
+              {"type": "text", "text": "never read"}, {"type": "text", "text": "nor this"}]
+    return [{"role": "assistant", "content": parts}]
+
+
+def _dropping_keys() -> list[Any]:
+    message: dict[str, Any] = {"role": "assistant", "tool_calls": [
+        {"id": "c", "type": "function", "function": {"name": "g", "arguments": "{}"}},
+    ]}
+
+    def drop() -> None:
+        message.clear()
+
+    message["content"] = [{"type": "tool_use", "id": "a", "name": "f",
+                           "input": OnItems(drop, {"q": [1, 2]})}]
+    return [message, {"role": "tool", "tool_call_id": "c", "content": "r"}]
+
+
+def _replacing_parts() -> list[Any]:
+    # items() puts other objects in the parts list (its length unchanged) while it is read.
+    parts: list[Any] = []
+
+    def swap() -> None:
+        parts[1:] = ["texts"]
+
+    parts += [{"type": "tool_use", "id": "a", "name": "f", "input": OnItems(swap, {"k": 1})},
+              {"type": "text", "text": "gone"}]
+    return [{"role": "assistant", "content": parts}]
+
+
+def _growing_parts() -> list[Any]:
+    # items() adds a part before the one being read, every time: read live, this would never end.
+    parts: list[Any] = []
+
+    def grow() -> None:
+        parts.insert(0, {"type": "text", "text": "again"})
+
+    parts.append({"type": "tool_use", "id": "a", "name": "f", "input": OnItems(grow, {"k": 1})})
+    return [{"role": "assistant", "content": parts}]
+
+
+def _self_containing() -> list[Any]:
+    content: list[Any] = []
+    content.append({"type": "tool_result", "tool_use_id": "t", "content": content})
+    return [{"role": "user", "content": content}]
+
+
+def _mutually_recursive() -> list[Any]:
+    a: list[Any] = []
+    b: list[Any] = [{"type": "tool_result", "tool_use_id": "b", "content": a}]
+    a.append({"type": "tool_result", "tool_use_id": "a", "content": b})
+    return [{"role": "user", "content": a}]
+
+
+def _cyclic_input() -> list[Any]:
+    value: dict[str, Any] = {}
+    value["self"] = value
+    return [tool_use(value)]
+
+
+def _stale_pairing(kernel: Any) -> Any:
+    # Measure, then strip every role and swap tool calls for junk: the flags no longer belong.
+    msgs: list[Any] = [
+        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c2",
+                                      "content": "x"}]},
+        {"role": "assistant", "content": [{"type": "tool_use", "id": "c3", "name": "g"}]},
+    ]
+    flags = kernel.measure_messages(msgs)[2]
+    for m in msgs:
+        m.pop("role", None)
+    msgs[0]["tool_calls"] = [5, None, {"id": 7}, {"id": LyingStr("c1")}]
+    msgs[2]["content"] = [3, {"type": LyingStr("tool_result"), "tool_use_id": 9}]
+    msgs[3]["content"] = "no longer parts"
+    return kernel.tool_pairing(msgs, flags)
+
+
+def _pairing_on(messages: list[Any]) -> Callable[[Any], Any]:
+    def run(kernel: Any) -> Any:
+        flags = kernel.measure_messages(messages)[2]
+        return kernel.tool_pairing(messages, flags)
+
+    return run
+
+
+def _pieces(message: Any) -> Callable[[Any], Any]:
+    def run(kernel: Any) -> Any:
+        pieces = kernel.message_text_pieces(message, 0, "h")
+        return [[type(p).__name__, str.__str__(p)] for p in pieces]
+
+    return run
+
+
+def _str_key_message() -> dict[Any, Any]:
+    class Key(str):
+        def __hash__(self) -> int:
+            return 12345
+
+        def __eq__(self, other: object) -> bool:
+            return False
+
+    return {Key("role"): "user", Key("content"): "seen by its text"}
+
+
+def _lying_dict_message() -> dict[str, Any]:
+    return LyingDict({"role": "assistant", "content": "real content, 22 chars"})
+
+
+def _measure_case(build: Callable[[], list[Any]]) -> Callable[[Any], Any]:
+    return lambda kernel: _measure(kernel, build())
+
+
+CASES: dict[str, Callable[[Any], Any]] = {
+    "nesting-at-the-limit": _measure_case(lambda: [deep_tool_result(100)]),
+    "nesting-past-the-limit": _measure_case(lambda: [deep_tool_result(101)]),
+    "nesting-100000": _measure_case(lambda: [deep_tool_result(100_000)]),
+    "content-contains-itself": _measure_case(_self_containing),
+    "contents-contain-each-other": _measure_case(_mutually_recursive),
+    "json-deep-1000": _measure_case(lambda: [tool_use(deep_list(1_000))]),
+    "json-deep-100000": _measure_case(lambda: [tool_use(deep_list(100_000))]),
+    "json-cyclic": _measure_case(_cyclic_input),
+    "json-huge-int": _measure_case(lambda: [tool_use({"n": 2**200, "m": -(2**64)})]),
+    "json-int-and-float-subclasses": _measure_case(
+        lambda: [tool_use([type("I", (int,), {})(5), type("F", (float,), {})(0.5), 1e300])]
+    ),
+    "items-shrinks-the-history": _measure_case(_shrinking_history),
+    "items-grows-the-history": _measure_case(_growing_history),
+    "items-clears-the-parts": _measure_case(_clearing_parts),
+    "items-replaces-the-parts": _measure_case(_replacing_parts),
+    "items-grows-the-parts-forever": _measure_case(_growing_parts),
+    "items-drops-the-message-keys": _measure_case(_dropping_keys),
+    "lying-str-content": _measure_case(
+        lambda: [{"role": "user", "content": LyingStr("x" * 5000)}]
+    ),
+    "lying-str-role": _measure_case(lambda: [{"role": LyingStr("system"), "content": "a"}]),
+    "lying-str-part-type": _measure_case(
+        lambda: [{"role": "user", "content": [{"type": LyingStr("image"), "text": "abc"}]}]
+    ),
+    "lying-dict-message": _measure_case(lambda: [_lying_dict_message()]),
+    "lying-dict-part": _measure_case(lambda: [{"role": "user", "content": [
+        LyingDict({"type": "text", "text": "fourteen chars"})]}]),
+    "lying-list-content": _measure_case(lambda: [{"role": "user", "content": LyingList(
+        [{"type": "text", "text": "abc"}, "defg"])}]),
+    "lying-list-messages": _measure_case(lambda: LyingList(
+        [{"role": "user", "content": "abc"}, {"role": "assistant", "content": "de"}])),
+    "lying-list-tool-calls": _measure_case(lambda: [{"role": "assistant", "tool_calls": LyingList(
+        [{"id": "c", "function": {"name": "fn", "arguments": "{}"}}])}]),
+    "str-subclass-keys": _measure_case(lambda: [_str_key_message()]),
+    "pieces-of-subclasses": _pieces({"role": "user", "content": [
+        LyingStr("abc"), {"type": "text", "text": LyingStr("de")}]}),
+    "pairing-after-the-messages-changed": _stale_pairing,
+    "pairing-with-lying-ids": _pairing_on([
+        {"role": "assistant", "tool_calls": [{"id": LyingStr("a")}, {"id": "b"}]},
+        {"role": "tool", "tool_call_id": LyingStr("b"), "content": "r"},
+        {"role": "tool", "tool_call_id": "zzz", "content": "r"},
+    ]),
+    "pairing-of-a-lying-list": _pairing_on(LyingList([
+        {"role": "assistant", "tool_calls": [{"id": "a"}]},
+        {"role": "tool", "tool_call_id": "a", "content": "r"},
+    ])),
+}
+
+
+def outcome(fn: Callable[[Any], Any], kernel: Any) -> dict[str, Any]:
+    try:
+        value = fn(kernel)
+    except Exception as exc:  # every outcome is reported, and compared by the test
+        return {"raised": type(exc).__name__, "message": str(exc),
+                "codes": list(getattr(exc, "codes", []) or [])}
+    return {"value": value}
+
+
+def main(names: list[str]) -> None:
+    from contextpolicy._kernel import available_kernels
+
+    kernels = available_kernels()
+    for name in names or list(CASES):
+        row = {"case": name}
+        for impl, module in kernels.items():
+            row[impl] = outcome(CASES[name], module)
+        print(json.dumps(row), flush=True)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,134 @@
+"""The kernels never crash and always agree, whatever Python objects they are given: deep and
+cyclic nesting, subclasses whose methods lie, values that change while they are read.
+
+Every case runs in a fresh interpreter (``tests/hostile.py``), so a kernel that crashes fails
+these tests instead of killing the test runner.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from contextpolicy._tables import MAX_NESTING
+
+from .hostile import CASES
+
+ROOT = Path(__file__).resolve().parent.parent
+
+# What each case must give, on every kernel: ("value", figures) or ("raised", code).
+EXPECTED: dict[str, tuple[str, Any]] = {
+    "nesting-at-the-limit": ("value", [[3], [6], [2], [0]]),
+    "nesting-past-the-limit": ("raised", "too-deep"),
+    "nesting-100000": ("raised", "too-deep"),
+    "content-contains-itself": ("raised", "too-deep"),
+    "contents-contain-each-other": ("raised", "too-deep"),
+    "json-deep-1000": ("raised", "invalid-json"),
+    "json-deep-100000": ("raised", "invalid-json"),
+    "json-cyclic": ("raised", "invalid-json"),
+    # "f" + '{"n":<61 digits>,"m":-18446744073709551616}'
+    "json-huge-int": ("value", [[4], [1 + len(f'{{"n":{2**200},"m":{-(2**64)}}}')], [4], [0]]),
+    "json-int-and-float-subclasses": ("value", [[4], [1 + len("[5,0.5,1e+300]")], [4], [0]]),
+    "items-shrinks-the-history": ("raised", "changed-while-measured"),
+    "items-grows-the-history": ("raised", "changed-while-measured"),
+    # A content list that grows or shrinks while it is read is an error, at the same point on
+    # both kernels (so a list that keeps growing cannot keep the kernel going) ...
+    "items-clears-the-parts": ("raised", "changed-while-measured"),
+    "items-grows-the-parts-forever": ("raised", "changed-while-measured"),
+    # ... one whose items are replaced is read as it is at each step: "texts" is read, not "gone".
+    "items-replaces-the-parts": ("value", [[4], [1 + len('{"k":1}') + len("texts")], [4], [0]]),
+    # Every key of a message is read before its parts run any Python code.
+    "items-drops-the-message-keys": ("value", [[4, 5], [1 + 11 + 3, 1], [4, 2], [0, 0]]),
+    "lying-str-content": ("value", [[3], [5000], [1], [0]]),
+    "lying-str-role": ("value", [[1], [1], [0], [0]]),
+    "lying-str-part-type": ("value", [[3], [0], [1], [1]]),
+    "lying-dict-message": ("value", [[4], [22], [0], [0]]),
+    "lying-dict-part": ("value", [[3], [14], [1], [0]]),
+    "lying-list-content": ("value", [[3], [7], [1], [0]]),
+    "lying-list-messages": ("value", [[3, 4], [3, 2], [1, 0], [0, 0]]),
+    "lying-list-tool-calls": ("value", [[4], [4], [4], [0]]),
+    "str-subclass-keys": ("value", [[3], [16], [1], [0]]),
+    "pieces-of-subclasses": ("value", [["str", "abc"], ["str", "de"]]),
+    "pairing-after-the-messages-changed": (
+        "value", [[0, "unanswered-tool-call", "c1"], [2, "orphan-tool-result", None]],
+    ),
+    "pairing-with-lying-ids": (
+        "value", [[0, "unanswered-tool-call", "a"], [2, "orphan-tool-result", "zzz"]],
+    ),
+    "pairing-of-a-lying-list": ("value", []),
+}
+
+
+def run_cases(names: list[str], env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.hostile", *names], cwd=ROOT, capture_output=True,
+        text=True, timeout=300, env={**os.environ, **(env or {})},
+    )
+    rows = {}
+    for line in proc.stdout.splitlines():
+        row = json.loads(line)
+        rows[row.pop("case")] = row
+    if proc.returncode != 0:
+        done = ", ".join(rows) or "none"
+        rows["__crash__"] = {"returncode": proc.returncode, "stderr": proc.stderr[-3000:],
+                             "after": done}
+    return rows
+
+
+@pytest.fixture(scope="module")
+def outcomes(request: pytest.FixtureRequest) -> dict[str, dict[str, Any]]:
+    return run_cases(list(EXPECTED))
+
+
+def test_every_case_is_expected():
+    assert set(EXPECTED) == set(CASES)
+
+
+def test_no_kernel_crashed(outcomes):
+    assert "__crash__" not in outcomes, outcomes.get("__crash__")
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_both_kernels_give_the_expected_answer(outcomes, kernels, name):
+    assert name in outcomes, f"no outcome: the process died ({outcomes.get('__crash__')})"
+    row = outcomes[name]
+    kind, expected = EXPECTED[name]
+    for kernel in kernels:
+        got = row[kernel.IMPLEMENTATION]
+        if kind == "value":
+            assert got == {"value": expected}, (kernel.IMPLEMENTATION, got)
+        else:
+            assert got.get("raised") == "ContextPlanError", (kernel.IMPLEMENTATION, got)
+            assert got["codes"] == [expected], (kernel.IMPLEMENTATION, got)
+    first, *others = (row[k.IMPLEMENTATION] for k in kernels)
+    for other in others:
+        assert other == first
+
+
+def test_the_nesting_limit_is_named_in_the_error(outcomes):
+    message = outcomes["nesting-past-the-limit"]["python"]["message"]
+    assert f"deeper than {MAX_NESTING} levels" in message
+    assert "content[0]." * MAX_NESTING in message  # the path says where
+
+
+
+FUZZ_EXAMPLES = 2000
+
+
+def test_fuzzed_hostile_histories_agree_and_never_crash():
+    # tests/fuzz_kernel.py: hypothesis histories made hostile (lying subclasses, str-subclass
+    # keys, tool inputs that change the history while it is measured, cycles, deep nesting),
+    # measured, split into text pieces and paired on every kernel, in a fresh interpreter.
+    proc = subprocess.run(
+        [sys.executable, "-m", "tests.fuzz_kernel", str(FUZZ_EXAMPLES)], cwd=ROOT,
+        capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, (proc.returncode, proc.stdout[-2000:], proc.stderr[-4000:])
+    ran = int(proc.stdout.split()[0])
+    assert ran == FUZZ_EXAMPLES
