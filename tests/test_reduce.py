@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import threading
 
 import pytest
@@ -579,7 +580,8 @@ def _hostile(kind):
         ("invent", "fragment 'injected' was invented"),
         ("drop", "protected fragment(s) removed: 'system'"),
         ("reorder", "protected fragments out of order"),
-        ("in-place", "protected fragment 'system' was changed in place"),
+        # The implementation edits its own copy in place: the copy it hands back is rewritten.
+        ("in-place", "protected fragment 'system' was rewritten"),
         ("kind", "changed kind from 'history' to 'memory'"),
         ("not-outcome", "not a PolicyOutcome"),
         ("duplicate", "appears twice"),
@@ -591,9 +593,11 @@ def test_hostile_implementation_is_stopped_by_the_core(kind, message):
         system, Fragment(id="history", kind="history", messages=history(3)),
         Fragment(id="question", kind="question", text="q"),
     ])
+    before = json.dumps(plan.model_dump())
     with pytest.raises(ContextContractError) as info:
         process_context(plan, policy(), implementations={"reduce": _hostile(kind)})
     assert message in str(info.value)
+    assert json.dumps(plan.model_dump()) == before  # the caller's plan is untouched
 
 
 def test_unknown_implementation_mode_is_refused():

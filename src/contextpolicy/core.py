@@ -8,7 +8,6 @@ final hard budget is a separate core call, :func:`check_input_budget`.
 
 from __future__ import annotations
 
-import copy
 import inspect
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
 from typing import Any
@@ -23,6 +22,8 @@ from .accounting import (
     measure_messages,
     sum_tokens,
 )
+from .content import plain_copy
+from .content import snapshot as content_snapshot
 from .errors import (
     ContextAuditError,
     ContextCancelledError,
@@ -33,6 +34,7 @@ from .errors import (
     Issue,
 )
 from .implementations import DEFAULT_IMPLEMENTATIONS, Implementation
+from .implementations.audit import audit_report
 from .implementations.base import (
     CancelLike,
     CompressRequest,
@@ -46,12 +48,15 @@ from .policy import AuditPolicy, CompressStep, ReducePolicy, TypedPolicy
 from .policy.rules import fragment_refs
 from .policy.validation import parse_policy
 from .policy.watermark import targets_met
+from .policy.watermark import triggered as policy_triggered
 from .report import (
+    AuditReport,
     ContextEvent,
     ContextReport,
     ContextResult,
     FragmentUsage,
     PlanWarning,
+    StepReport,
     Usage,
     Watermark,
     _Report,
@@ -81,16 +86,21 @@ class _Await:
 def enforce_contract(
     before: Sequence[Fragment],
     after: Sequence[Fragment],
-    snapshot: Mapping[str, Fragment] | None = None,
+    snapshot: Mapping[str, Any] | None = None,
 ) -> None:
     """Raise :class:`ContextContractError` unless ``after`` keeps the input contract.
 
     Protected fragments of ``before`` are all present, byte-identical and in the same order;
     every fragment of ``after`` exists in ``before`` with the same kind; nothing is duplicated.
-    ``snapshot`` (deep copies of the protected fragments taken before an implementation ran)
-    also catches an implementation that changed a protected fragment in place.
+    ``snapshot`` (:func:`~contextpolicy.content.snapshot` of each protected fragment's content,
+    taken before an implementation ran) also catches content changed in place. Content is
+    compared as the model sees it, by exact type and value, never by an ``__eq__`` of its own.
     """
     problems: list[str] = []
+    if not isinstance(after, (list, tuple)):
+        raise ContextContractError(
+            f"the policy implementation returned fragments as {type(after).__name__}, not a list"
+        )
     by_id = {f.id: f for f in before}
     protected_before = [f.id for f in before if f.is_protected]
     guarded = set(protected_before)
@@ -121,13 +131,27 @@ def enforce_contract(
         problems.append(
             f"protected fragments out of order: {protected_after} (expected {protected_before})"
         )
-    for fid, copy_ in (snapshot or {}).items():
-        if changed_fields(copy_, by_id[fid]):
+    for fid, taken in (snapshot or {}).items():
+        if content_snapshot(by_id[fid].content()) != taken:
             problems.append(f"protected fragment {fid!r} was changed in place")
     if problems:
         raise ContextContractError(
             "the policy implementation broke the input contract:\n  - " + "\n  - ".join(problems)
         )
+
+
+def _copied(plan: ContextPlan) -> ContextPlan:
+    """The plan with every message list copied (plain dicts, lists and strs): what a custom
+    implementation receives, so that nothing it does reaches the caller's objects."""
+
+    def copy_of(fragments: list[Fragment]) -> list[Fragment]:
+        return [f if f.messages is None else f.with_content(plain_copy(f.messages))
+                for f in fragments]
+
+    return ContextPlan(
+        fragments=copy_of(plan.fragments),
+        original=copy_of(plan.original) if plan.original is not None else None,
+    )
 
 
 def _usage(measures: Sequence[FragmentMeasure]) -> Usage:
@@ -259,7 +283,14 @@ class _Run:
         self.emit("context.measured", {"usage": before})
         snapshot = None
         if self.custom:
-            snapshot = {f.id: copy.deepcopy(f) for f in plan.fragments if f.is_protected}
+            # A custom implementation works on copies: whatever it does to them, the caller's
+            # plan is untouched, and protected content is checked against a snapshot.
+            snapshot = {f.id: content_snapshot(f.content()) for f in plan.fragments
+                        if f.is_protected}
+            ctx = PolicyContext(
+                _copied(plan), policy, self.handlers, self.counter, self.cancel,
+                self.on_step_error, self.emit,
+            )
         outcome = yield from self._run_impl(ctx)
         if not isinstance(outcome, PolicyOutcome):
             raise ContextContractError(
@@ -268,7 +299,9 @@ class _Run:
             )
         ctx.check_cancel()
         enforce_contract(plan.fragments, outcome.fragments, snapshot)
+        warnings: list[PlanWarning] = []
         if self.custom:
+            outcome = self._measured_outcome(ctx.plan, outcome)
             # Figures are measured, never taken from an implementation: only fragments the core
             # measured itself are reused.
             known = {id(f): m for f, m in zip(plan.fragments, measures_before, strict=True)}
@@ -276,10 +309,15 @@ class _Run:
                 known[id(f)] if id(f) in known else measure_fragment(f, self.counter)
                 for f in outcome.fragments
             ]
+            after = _usage(measures_after)
+            outcome, warnings = self._checked_claims(
+                plan, outcome, before, measures_before, measures_after
+            )
         else:
             measures_after = [ctx.measure(f) for f in outcome.fragments]
-        after = _usage(measures_after)
+            after = _usage(measures_after)
         report = self._report(plan, outcome, before, after, measures_before, measures_after)
+        report.warnings.extend(warnings)
         result = ContextResult(
             plan=ContextPlan(
                 fragments=list(outcome.fragments), original=plan.original
@@ -293,6 +331,128 @@ class _Run:
         if report.audit is not None and not report.audit.passed:
             raise ContextAuditError(report)
         return result
+
+    def _measured_outcome(self, given: ContextPlan, outcome: PolicyOutcome) -> PolicyOutcome:
+        """The outcome with every copy the implementation handed back unchanged replaced by the
+        caller's own fragment (so unchanged fragments share the caller's objects)."""
+        originals = {id(c): f for c, f in zip(given.fragments, self.plan.fragments, strict=True)}
+        fragments = []
+        for f in outcome.fragments:
+            original = originals.get(id(f))
+            fragments.append(original if original is not None and not changed_fields(original, f)
+                             else f)
+        return PolicyOutcome(
+            fragments=fragments, steps=outcome.steps, triggered=outcome.triggered,
+            audit=outcome.audit,
+        )
+
+    def _checked_claims(
+        self,
+        plan: ContextPlan,
+        outcome: PolicyOutcome,
+        before: Usage,
+        measures_before: list[FragmentMeasure],
+        measures_after: list[FragmentMeasure],
+    ) -> tuple[PolicyOutcome, list[PlanWarning]]:
+        """A custom implementation's claims checked against what the core measured: ``triggered``,
+        every step's figures and the audit. A claim the measurement contradicts is replaced by
+        the measurement, and a ``figure-replaced`` warning says which; a figure that cannot be
+        checked is left out (``None``)."""
+        warnings: list[PlanWarning] = []
+
+        def replaced(fid: str, message: str) -> None:
+            warnings.append(PlanWarning(code="figure-replaced", fragment_id=fid, index=None,
+                                        tool_call_id=None, message=message))
+
+        steps = outcome.steps
+        if not isinstance(steps, list) or not all(isinstance(s, StepReport) for s in steps):
+            got = type(steps).__name__ if not isinstance(steps, list) else ", ".join(
+                sorted({type(s).__name__ for s in steps if not isinstance(s, StepReport)})
+            )
+            raise ContextContractError(
+                f"the {self.policy.mode} implementation returned steps that are not StepReport "
+                f"objects ({got})"
+            )
+        if not isinstance(outcome.triggered, bool):
+            raise ContextContractError(
+                f"the {self.policy.mode} implementation returned triggered="
+                f"{outcome.triggered!r}, not a bool"
+            )
+        policy = self.policy
+        triggered = (
+            policy_triggered(policy, before.chars, before.tokens)
+            if isinstance(policy, ReducePolicy) else False
+        )
+        if outcome.triggered is not triggered:
+            replaced("", f"triggered: {outcome.triggered} claimed, {triggered} measured")
+        was = {f.id: (f, m) for f, m in zip(plan.fragments, measures_before, strict=True)}
+        now = {f.id: (f, m) for f, m in zip(outcome.fragments, measures_after, strict=True)}
+        checked: list[StepReport] = []
+        last_after: dict[str, tuple[int | None, int | None]] = {}
+        for i, step in enumerate(steps):
+            if step.fragment_id not in was:
+                raise ContextContractError(
+                    f"step {step.id!r} names fragment {step.fragment_id!r}, which is not in the "
+                    "plan"
+                )
+            old, m_old = was[step.fragment_id]
+            new, m_new = now.get(step.fragment_id, (None, None))
+            later = [s for s in steps[i + 1:] if s.fragment_id == step.fragment_id
+                     and s.status != "skipped"]
+            fix: dict[str, Any] = {}
+            if step.status == "skipped":
+                fix = {k: None for k in ("chars_before", "chars_after", "tokens_before",
+                                         "tokens_after", "groups_before", "groups_after")}
+                fix["messages_removed"] = 0
+            else:
+                first = step.fragment_id not in last_after
+                b_chars, b_tokens = (m_old.chars, m_old.tokens) if first else (
+                    last_after[step.fragment_id]
+                )
+                fix["chars_before"], fix["tokens_before"] = b_chars, b_tokens
+                if not later:
+                    fix["chars_after"] = m_new.chars if m_new is not None else None
+                    fix["tokens_after"] = m_new.tokens if m_new is not None else None
+                elif step.status != "applied":
+                    fix["chars_after"], fix["tokens_after"] = b_chars, b_tokens
+                else:  # between two steps on one fragment: nothing measured it
+                    fix["chars_after"] = fix["tokens_after"] = None
+                    fix["groups_before"] = fix["groups_after"] = None
+                last_after[step.fragment_id] = (fix["chars_after"], fix["tokens_after"])
+                changed = new is None or (new is not old and bool(changed_fields(old, new)))
+                if step.status == "applied" and not later and not changed:
+                    fix["status"], fix["reason"] = "unchanged", "no-change-measured"
+                if not later and m_new is not None and fix.get("status", step.status) == "applied":
+                    removed = max(0, m_old.messages - m_new.messages)
+                    earlier = sum(s.messages_removed for s in checked
+                                  if s.fragment_id == step.fragment_id)
+                    fix["messages_removed"] = max(0, removed - earlier)
+                elif fix.get("status", step.status) != "applied":
+                    fix["messages_removed"] = 0
+            diffs = {k: v for k, v in fix.items() if getattr(step, k) != v}
+            if diffs:
+                for key, value in diffs.items():
+                    replaced(step.fragment_id, f"step {step.id!r}: {key} {getattr(step, key)!r} "
+                             f"claimed, {value!r} measured")
+                step = step.model_copy(update=diffs)
+            checked.append(step)
+        audit = outcome.audit
+        if isinstance(policy, AuditPolicy):
+            assert plan.original is not None
+            counter = self.counter
+            measured = audit_report(
+                policy, plan.original, plan.fragments,
+                chars_of=lambda f: measure_fragment(f, counter).chars,
+            )
+            claimed = audit.violations if isinstance(audit, AuditReport) else None
+            if claimed != measured.violations or (
+                isinstance(audit, AuditReport) and audit.passed != measured.passed
+            ):
+                replaced("", f"audit: {claimed!r} violations claimed, {measured.violations} "
+                         "measured")
+            audit = measured
+        return PolicyOutcome(fragments=outcome.fragments, steps=checked, triggered=triggered,
+                             audit=audit), warnings
 
     def _run_impl(self, ctx: PolicyContext) -> Generator[Any, Any, Any]:
         value = self.impl(ctx)

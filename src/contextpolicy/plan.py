@@ -23,6 +23,7 @@ from pydantic import (
 from pydantic.alias_generators import to_camel
 
 from ._tables import TOOL_RESULT_PART
+from .content import same
 from .errors import ContextPlanError, Issue
 
 __all__ = [
@@ -130,19 +131,19 @@ class Fragment(BaseModel):
 def changed_fields(before: Fragment, after: Fragment) -> list[str]:
     """What changed from ``before`` to ``after``, as the model sees it; empty when unchanged.
 
-    ``kind``; ``content`` (the text, or the messages); ``role``, the role a text fragment is
-    assembled with (so giving its default role explicitly is no change); ``protected``. The
-    contract check and the audit both judge a fragment by this. Metadata is carried, never
-    compared.
+    ``kind``; ``content`` (the text, or the messages, compared by exact type and value: ``1``
+    and ``True`` differ, and no ``__eq__`` of theirs is asked); ``role``, the role a text
+    fragment is assembled with (so giving its default role explicitly is no change);
+    ``protected``. The contract check and the audit both judge a fragment by this. Metadata is
+    carried, never compared.
     """
     if before is after:
         return []
     fields: list[str] = []
     if before.kind != after.kind:
         fields.append("kind")
-    same_content = before.text == after.text and (
-        before.messages is after.messages or before.messages == after.messages
-    )
+    # Compared as the model sees the content (content.same), never by an __eq__ of its own.
+    same_content = same(before.text, after.text) and same(before.messages, after.messages)
     if not same_content:
         fields.append("content")
     if before.text is not None and after.text is not None and (

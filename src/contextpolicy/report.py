@@ -98,12 +98,15 @@ class PlanWarning(_Report):
 
     ``orphan-tool-result``: a tool result no earlier call in its fragment made.
     ``unanswered-tool-call``: a tool call without a later result.
+    ``figure-replaced``: a custom implementation claimed a figure (``triggered``, a step's
+    chars, an audit's violations) that the core's measurement contradicts; the report holds the
+    measurement, and the message names both.
     """
 
     code: str
     fragment_id: str
-    index: int
-    tool_call_id: str | None
+    index: int | None = None
+    tool_call_id: str | None = None
     message: str
 
 

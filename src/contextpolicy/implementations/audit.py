@@ -18,7 +18,7 @@ from ..policy import AuditPolicy
 from ..report import AuditChange, AuditReport
 from .base import PolicyContext, PolicyOutcome
 
-__all__ = ["audit", "diff_fragments"]
+__all__ = ["audit", "audit_report", "diff_fragments"]
 
 
 def _stable(sequence: list[int]) -> set[int]:
@@ -106,20 +106,28 @@ def diff_fragments(
     return changes
 
 
+def audit_report(
+    policy: AuditPolicy,
+    original: list[Fragment],
+    fragments: list[Fragment],
+    chars_of: Callable[[Fragment], int] | None = None,
+) -> AuditReport:
+    """The audit of ``fragments`` against ``original``: every change, judged."""
+    changes = diff_fragments(original, fragments, set(policy.mutable_fragment_ids), chars_of)
+    violations = sum(not c.allowed for c in changes)
+    return AuditReport(
+        mutable_fragment_ids=list(policy.mutable_fragment_ids), changes=changes,
+        violations=violations, passed=violations == 0,
+    )
+
+
 def audit(ctx: PolicyContext) -> PolicyOutcome:
     policy = ctx.policy
     assert isinstance(policy, AuditPolicy)
     plan: ContextPlan = ctx.plan
     assert plan.original is not None
-    changes = diff_fragments(
-        plan.original, plan.fragments, set(policy.mutable_fragment_ids),
-        chars_of=lambda f: ctx.measure(f).chars,
-    )
-    for change in changes:
+    report = audit_report(policy, plan.original, plan.fragments,
+                          chars_of=lambda f: ctx.measure(f).chars)
+    for change in report.changes:
         ctx.emit("audit.change", change=change)
-    violations = sum(not c.allowed for c in changes)
-    report = AuditReport(
-        mutable_fragment_ids=list(policy.mutable_fragment_ids), changes=changes,
-        violations=violations, passed=violations == 0,
-    )
     return PolicyOutcome(fragments=list(plan.fragments), audit=report)
