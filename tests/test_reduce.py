@@ -290,7 +290,7 @@ def test_compress_keeps_the_newest_groups_verbatim():
     (request,) = seen
     assert request.content == msgs[:14] and request.kept == msgs[14:]
     assert request.target_chars == 1000 and request.step_id == "squeeze"
-    assert request.fragment.messages is msgs
+    assert request.fragment.messages == msgs and request.fragment.messages is not msgs  # a copy
     kept = result.plan.fragment("history").messages
     assert kept[0] == {"role": "assistant", "content": "summary of 14 messages"}
     assert kept[1:] == msgs[14:]

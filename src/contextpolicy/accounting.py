@@ -16,7 +16,9 @@ import numpy as np
 import numpy.typing as npt
 
 from . import _kernel
+from ._read import exact_str
 from ._tables import FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
+from .content import plain_copy
 from .errors import ContextPolicyError
 from .plan import Fragment
 
@@ -54,7 +56,7 @@ class TokenCounter:
             self._count_text = counter
         else:
             raise ContextPolicyError(
-                f"counter: expected a callable str -> int or an object with count_text(), "
+                f"expected a callable str -> int or an object with count_text(), "
                 f"got {type(counter).__name__}",
                 path="counter", code="invalid-counter",
             )
@@ -62,7 +64,7 @@ class TokenCounter:
         self._count_messages = count_messages if callable(count_messages) else None
         if inspect.iscoroutinefunction(self._count_text):
             raise ContextPolicyError(
-                "counter: count_text must be synchronous", path="counter", code="invalid-counter"
+                "count_text must be synchronous", path="counter", code="invalid-counter"
             )
 
     @property
@@ -73,12 +75,12 @@ class TokenCounter:
     def _checked(value: Any, what: str) -> int:
         if type(value) is not int and not isinstance(value, np.integer):
             raise ContextPolicyError(
-                f"counter: {what} returned {type(value).__name__} {value!r}; expected an int",
+                f"{what} returned {type(value).__name__} {value!r}; expected an int",
                 path="counter", code="invalid-counter-result",
             )
         if value < 0:
             raise ContextPolicyError(
-                f"counter: {what} returned {value}; expected an int >= 0",
+                f"{what} returned {value}; expected an int >= 0",
                 path="counter", code="invalid-counter-result",
             )
         return int(value)
@@ -90,7 +92,8 @@ class TokenCounter:
         """Tokens of a message list: ``count_messages`` when the counter has it, else the sum of
         ``count_text`` over every text piece that chars counts (so both cover the same text)."""
         if self._count_messages is not None:
-            return self._checked(self._count_messages(messages), "count_messages")
+            # A copy: whatever the counter does to its argument, the caller's messages stay.
+            return self._checked(self._count_messages(plain_copy(messages)), "count_messages")
         total = 0
         for i, message in enumerate(messages):
             for piece in _kernel.message_text_pieces(message, i, fragment_id):
@@ -171,7 +174,7 @@ def measure_messages(
 
 def measure_fragment(fragment: Fragment, counter: TokenCounter | None = None) -> FragmentMeasure:
     if fragment.text is not None:
-        text = fragment.text
+        text = exact_str(fragment.text)
         tokens = counter.count_text(text) if counter is not None else None
         return FragmentMeasure(chars=len(text), messages=1, opaque_parts=0, tokens=tokens)
     assert fragment.messages is not None
@@ -196,5 +199,6 @@ def assemble(fragments: Sequence[Fragment]) -> list[dict[str, Any]]:
             out.append({"role": fragment.assembled_role, "content": fragment.text})
         else:
             assert fragment.messages is not None
-            out.extend(fragment.messages)
+            # The real storage, as the kernel measured it (a list subclass's __iter__ may lie).
+            out.extend(list.copy(fragment.messages))
     return out

@@ -44,9 +44,9 @@ from .implementations.base import (
     PolicyOutcome,
 )
 from .plan import ContextPlan, Fragment, as_plan, changed_fields
-from .policy import AuditPolicy, CompressStep, ReducePolicy, TypedPolicy
+from .policy import AuditPolicy, ReducePolicy, TypedPolicy
 from .policy.rules import fragment_refs
-from .policy.validation import parse_policy
+from .policy.validation import dedupe, policy_issues, references, uses_tokens
 from .policy.watermark import targets_met
 from .policy.watermark import triggered as policy_triggered
 from .report import (
@@ -140,6 +140,44 @@ def enforce_contract(
         )
 
 
+def _check_arguments(
+    handlers: Any, cancel: Any, on_step_error: Any, implementations: Any, on_event: Any = None,
+) -> None:
+    """Every bad argument of a ``process_context`` call at once, each with its name as path."""
+    issues: list[Issue] = []
+    if on_step_error not in ("continue", "raise"):
+        issues.append(Issue("on_step_error", f"expected 'continue' or 'raise', got "
+                            f"{on_step_error!r}", "invalid-option"))
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        issues.append(Issue("cancel", "expected an object with is_set() (threading.Event), got "
+                            f"{type(cancel).__name__}", "invalid-option"))
+    if on_event is not None and not callable(on_event):
+        issues.append(Issue("on_event", "expected a callable that takes a ContextEvent, got "
+                            f"{type(on_event).__name__}", "invalid-option"))
+    for name, value, what in (
+        ("handlers", handlers, "handler id"), ("implementations", implementations, "mode"),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, Mapping):
+            issues.append(Issue(name, f"expected a mapping of {what} to callable, got "
+                                f"{type(value).__name__}", f"invalid-{name}-argument"))
+            continue
+        for key, fn in value.items():
+            if not isinstance(key, str):
+                issues.append(Issue(name, f"expected {what}s as strings, got "
+                                    f"{type(key).__name__} {key!r}", f"invalid-{name}-argument"))
+            elif name == "implementations" and key not in DEFAULT_IMPLEMENTATIONS:
+                issues.append(Issue(f"{name}.{key}", f"unknown mode {key!r}; expected validate, "
+                                    "reduce or audit", "invalid-option"))
+            elif not callable(fn):
+                issues.append(Issue(f"{name}.{key}", f"expected a callable, got "
+                                    f"{type(fn).__name__}", "handler-not-callable"
+                                    if name == "handlers" else "invalid-option"))
+    if issues:
+        raise ContextPolicyError(issues)
+
+
 def _copied(plan: ContextPlan) -> ContextPlan:
     """The plan with every message list copied (plain dicts, lists and strs): what a custom
     implementation receives, so that nothing it does reaches the caller's objects."""
@@ -188,32 +226,12 @@ class _Run:
         is_async: bool,
         sink: Callable[[ContextEvent], None] | None,
     ) -> None:
-        if on_step_error not in ("continue", "raise"):
-            raise ContextPolicyError(
-                f"on_step_error: expected 'continue' or 'raise', got {on_step_error!r}",
-                path="on_step_error", code="invalid-option",
-            )
-        if cancel is not None and not callable(getattr(cancel, "is_set", None)):
-            raise ContextPolicyError(
-                f"cancel: expected an object with is_set() (threading.Event), got "
-                f"{type(cancel).__name__}", path="cancel", code="invalid-option",
-            )
+        _check_arguments(handlers, cancel, on_step_error, implementations)
         self.plan = as_plan(plan)
         self.counter: TokenCounter | None = as_counter(counter)
-        if handlers is not None and not isinstance(handlers, Mapping):
-            raise ContextPolicyError(
-                f"handlers: expected a mapping of handler id to callable, got "
-                f"{type(handlers).__name__}", path="handlers", code="invalid-handlers-argument",
-            )
         self.handlers = dict(handlers or {})
         self.policy = self._check_policy(policy, is_async)
         impls = dict(implementations or {})
-        unknown = set(impls) - set(DEFAULT_IMPLEMENTATIONS)
-        if unknown:
-            raise ContextPolicyError(
-                f"implementations: unknown mode(s) {sorted(unknown)}; expected validate, reduce "
-                "or audit", path="implementations", code="invalid-option",
-            )
         self.custom = self.policy.mode in impls
         self.impl = impls.get(self.policy.mode, DEFAULT_IMPLEMENTATIONS[self.policy.mode])
         self.is_async = is_async
@@ -222,12 +240,8 @@ class _Run:
         self.on_step_error = on_step_error
 
     def _check_policy(self, policy: Any, is_async: bool) -> TypedPolicy:
-        for hid, handler in self.handlers.items():
-            if not callable(handler):
-                raise ContextPolicyError(
-                    f"handler {hid!r} is a {type(handler).__name__}, not a callable",
-                    path=f"handlers.{hid}", code="handler-not-callable",
-                )
+        """The typed policy, or every problem of the policy against this plan, these handlers
+        and this counter at once."""
         refs = fragment_refs(self.plan.fragments)
         if (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
             policy, AuditPolicy
@@ -235,27 +249,24 @@ class _Run:
             # An audit names fragments of the original too (a removed one, say); protection is
             # judged as it was originally.
             refs.update(fragment_refs(self.plan.original or ()))
-        typed = parse_policy(policy, refs, self.handlers)
-        issues: list[Issue] = []
-        if isinstance(typed, ReducePolicy):
-            if typed.uses_tokens and self.counter is None:
-                key = "triggerTokens" if typed.trigger_tokens is not None else "targetInputTokens"
-                issues.append(Issue(
-                    key, "token watermarks need a token counter (pass counter=...); tokens are "
-                    "never guessed from characters", "tokens-without-counter",
-                ))
-            for i, step in enumerate(typed.steps):
-                if (
-                    isinstance(step, CompressStep) and not is_async
-                    and _is_async_callable(self.handlers[step.handler_id])
-                ):
+        typed, issues = policy_issues(policy, refs, self.handlers)
+        token_key = uses_tokens(policy)
+        if token_key is not None and self.counter is None:
+            issues.append(Issue(
+                token_key, "token watermarks need a token counter (pass counter=...); tokens "
+                "are never guessed from characters", "tokens-without-counter",
+            ))
+        if not is_async:
+            for ref in references(typed if typed is not None else policy):
+                handler = self.handlers.get(ref.name) if ref.what == "handler" else None
+                if handler is not None and _is_async_callable(handler):
                     issues.append(Issue(
-                        f"steps[{i}].handlerId",
-                        f"handler {step.handler_id!r} is a coroutine function; use "
+                        ref.path, f"handler {ref.name!r} is a coroutine function; use "
                         "aprocess_context or astream_context", "async-handler",
                     ))
         if issues:
-            raise ContextPolicyError(issues)
+            raise ContextPolicyError(dedupe(issues))
+        assert typed is not None
         if isinstance(typed, AuditPolicy) and self.plan.original is None:
             raise ContextPlanError(
                 "an audit needs the plan's original fragments (ContextPlan(original=...))",
@@ -457,7 +468,7 @@ class _Run:
     def _run_impl(self, ctx: PolicyContext) -> Generator[Any, Any, Any]:
         value = self.impl(ctx)
         if inspect.isgenerator(value):
-            value = yield from value
+            value = yield from (_checked_calls(value, self.policy.mode) if self.custom else value)
         elif inspect.isawaitable(value):
             if not self.is_async:
                 close = getattr(value, "close", None)
@@ -531,6 +542,23 @@ class _Run:
         )
 
 
+def _checked_calls(gen: Generator[Any, Any, Any], mode: str) -> Generator[Any, Any, Any]:
+    """A custom implementation's generator, refused at the first thing it yields that is not a
+    :class:`HandlerCall` (sync and async drivers alike)."""
+    reply: Any = None
+    while True:
+        try:
+            item = gen.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        if not isinstance(item, HandlerCall):
+            gen.close()
+            raise ContextContractError(
+                f"the {mode} implementation yielded {type(item).__name__}, not a HandlerCall"
+            )
+        reply = yield item
+
+
 def _call_sync(call: HandlerCall) -> HandlerReply:
     try:
         value = call.handler(call.request)
@@ -580,6 +608,7 @@ def process_context(
     (audit violations, with the report), :class:`ContextCancelledError`,
     :class:`ContextStepError` (``on_step_error="raise"``) or :class:`ContextContractError`.
     """
+    _check_arguments(handlers, cancel, on_step_error, implementations, on_event)
     run = _Run(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
         on_step_error=on_step_error, implementations=implementations, is_async=False,
@@ -654,6 +683,7 @@ async def aprocess_context(
     implementations: Mapping[str, Implementation] | None = None,
 ) -> ContextResult:
     """:func:`process_context` for async code: handlers may be coroutine functions."""
+    _check_arguments(handlers, cancel, on_step_error, implementations, on_event)
     result: ContextResult | None = None
     async for item in astream_context(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
@@ -683,8 +713,7 @@ def check_input_budget(
     for name, value in (("max_chars", max_chars), ("max_tokens", max_tokens)):
         if value is not None and (type(value) is not int or value < 0):
             raise ContextPolicyError(
-                f"{name}: expected an integer >= 0, got {value!r}", path=name,
-                code="expected-integer",
+                f"expected an integer >= 0, got {value!r}", path=name, code="expected-integer",
             )
     tc = as_counter(counter)
     if max_tokens is not None and tc is None:
@@ -693,9 +722,19 @@ def check_input_budget(
             path="max_tokens", code="tokens-without-counter",
         )
     if isinstance(result_or_input, ContextResult):
-        source: Sequence[Any] = result_or_input.input
+        source: Any = result_or_input.input
     else:
         source = result_or_input
+    if isinstance(source, Mapping):
+        raise ContextPolicyError(
+            "expected a ContextResult or a list of messages, got a single message dict (wrap "
+            "it in a list)", path="result_or_input", code="invalid-input",
+        )
+    if isinstance(source, (str, bytes)) or not isinstance(source, (list, tuple)):
+        raise ContextPolicyError(
+            f"expected a ContextResult or a list of messages, got {type(source).__name__}",
+            path="result_or_input", code="invalid-input",
+        )
     messages: list[dict[str, Any]] = source if isinstance(source, list) else list(source)
     m = measure_messages(messages, tc)
     usage = Usage(chars=m.chars, tokens=m.tokens, messages=m.messages, fragments=0,

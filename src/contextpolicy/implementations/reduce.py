@@ -16,9 +16,11 @@ from typing import Any
 import numpy as np
 
 from .. import _kernel
+from .._read import exact_str
 from .._tables import FLAG_TOOL_CALLS
 from .._tool_ids import call_ids
 from ..accounting import FragmentMeasure, measure_messages
+from ..content import plain_copy
 from ..errors import ContextCancelledError, ContextPlanError, ContextStepError
 from ..plan import Fragment
 from ..policy import CompressStep, ReducePolicy, TrimStep
@@ -192,9 +194,13 @@ def _compress(
                 return fragment, before, unchanged("nothing-to-compress", groups)
     elif before.chars <= step.target_chars:
         return fragment, before, unchanged("within-target", groups)
+    # The handler works on copies: whatever it does to them, the caller's messages are untouched.
     request = CompressRequest(
-        fragment=fragment, content=content, kept=kept, target_chars=step.target_chars,
-        step_id=step.id, counter=ctx.counter, cancel=ctx.cancel,
+        fragment=fragment if fragment.messages is None
+        else fragment.with_content(plain_copy(fragment.messages)),
+        content=content if isinstance(content, str) else plain_copy(content),
+        kept=None if kept is None else plain_copy(kept),
+        target_chars=step.target_chars, step_id=step.id, counter=ctx.counter, cancel=ctx.cancel,
     )
     reply = yield HandlerCall(ctx.handlers[step.handler_id], request)
     ctx.check_cancel()
@@ -212,18 +218,21 @@ def _compress(
             return fragment, before, failed(
                 "wrong-shape", f"expected a str for a text fragment, got {type(value).__name__}"
             )
-        new_content: str | list[dict[str, Any]] = value
-        after_chars = len(value)
-        after_tokens = _tokens_of(ctx, value, fragment.id)
+        # Its text as an exact str: a subclass's __len__ never speaks for it.
+        new_content: str | list[dict[str, Any]] = exact_str(value)
+        after_chars = len(new_content)
+        after_tokens = _tokens_of(ctx, new_content, fragment.id)
         after_measure = None
     else:
         if not isinstance(value, list):
             return fragment, before, failed(
                 "wrong-shape", f"expected a list of messages, got {type(value).__name__}", groups
             )
-        new_content = value + (kept or [])
+        # Plain dicts and lists from here on: what is measured is what is assembled.
+        messages: list[dict[str, Any]] = plain_copy(value) + (kept or [])
+        new_content = messages
         try:
-            after_measure = measure_messages(new_content, ctx.counter, fragment.id)
+            after_measure = measure_messages(messages, ctx.counter, fragment.id)
         except ContextPlanError as exc:
             return fragment, before, failed("invalid-output", str(exc), groups)
         after_chars = after_measure.chars

@@ -21,6 +21,7 @@ from ..errors import Issue
 from .rules import duplicate_ids, watermark_issues
 
 __all__ = [
+    "MAX_INT",
     "AuditPolicy",
     "CompressStep",
     "ContextPolicy",
@@ -32,8 +33,11 @@ __all__ = [
     "ValidatePolicy",
 ]
 
-PositiveInt = Annotated[int, Field(gt=0)]
-NonNegativeInt = Annotated[int, Field(ge=0)]
+# Every figure fits the kernel's 64-bit integers: larger ones are a clear issue ("too-large"),
+# on both kernels alike, never an OverflowError.
+MAX_INT = 2**63 - 1
+PositiveInt = Annotated[int, Field(gt=0, le=MAX_INT)]
+NonNegativeInt = Annotated[int, Field(ge=0, le=MAX_INT)]
 Id = Annotated[str, Field(min_length=1)]
 
 

@@ -18,6 +18,7 @@ from pydantic import BaseModel, ValidationError
 from ..errors import ContextPolicyError, Issue
 from ..plan import Fragment
 from .models import (
+    MAX_INT,
     MODES,
     RULE_ERROR,
     STEP_KINDS,
@@ -37,7 +38,15 @@ from .rules import (
     watermark_issues,
 )
 
-__all__ = ["TypedPolicy", "parse_policy", "references", "validate_context_policy"]
+__all__ = [
+    "TypedPolicy",
+    "dedupe",
+    "parse_policy",
+    "policy_issues",
+    "references",
+    "uses_tokens",
+    "validate_context_policy",
+]
 
 TypedPolicy = ValidatePolicy | ReducePolicy | AuditPolicy
 
@@ -48,6 +57,7 @@ _CODES = {
     "int_parsing": "expected-integer",
     "greater_than": "must-be-positive",
     "greater_than_equal": "must-be-non-negative",
+    "less_than_equal": "too-large",
     "string_type": "expected-string",
     "string_too_short": "empty",
     "too_short": "empty",
@@ -121,6 +131,8 @@ def _issue_from_pydantic(error: Mapping[str, Any], cls: type[BaseModel], data: A
         message = f"expected an integer > 0, got {error.get('input')!r}"
     elif etype == "greater_than_equal":
         message = f"expected an integer >= 0, got {error.get('input')!r}"
+    elif etype == "less_than_equal":
+        message = f"expected an integer <= {MAX_INT} (64 bits), got {error.get('input')!r}"
     elif etype == "literal_error":
         expected = error.get("ctx", {}).get("expected", "")
         message = f"expected {expected}, got {error.get('input')!r}"
@@ -213,18 +225,16 @@ def references(policy: Mapping[str, Any] | TypedPolicy) -> list[Reference]:
     return refs
 
 
-def parse_policy(
+def policy_issues(
     policy: Any,
     fragments: Mapping[str, FragmentRef] | None = None,
     handlers: Iterable[str] | None = None,
-) -> TypedPolicy:
-    """The typed policy, or :class:`ContextPolicyError` with every problem: field errors, rule
-    violations and, where ``fragments`` / ``handlers`` are known, references."""
+) -> tuple[TypedPolicy | None, list[Issue]]:
+    """The typed policy (``None`` when its fields or rules fail) and every problem found:
+    field errors, rule violations and, where ``fragments`` / ``handlers`` are known,
+    references. Raises only when the policy is no policy at all (not an object, no mode)."""
     if isinstance(policy, (ValidatePolicy, ReducePolicy, AuditPolicy)):
-        problems = reference_issues(references(policy), fragments, handlers)
-        if problems:
-            raise ContextPolicyError(problems)
-        return policy
+        return policy, reference_issues(references(policy), fragments, handlers)
     if not isinstance(policy, Mapping):
         raise ContextPolicyError(
             f"expected a policy object (dict or model), got {type(policy).__name__}",
@@ -251,13 +261,37 @@ def parse_policy(
         ]
     issues += _rule_issues(policy, mode)
     issues += reference_issues(references(policy), fragments, handlers)
+    return model, issues  # type: ignore[return-value]
+
+
+def parse_policy(
+    policy: Any,
+    fragments: Mapping[str, FragmentRef] | None = None,
+    handlers: Iterable[str] | None = None,
+) -> TypedPolicy:
+    """The typed policy, or :class:`ContextPolicyError` with every problem (see
+    :func:`policy_issues`)."""
+    model, issues = policy_issues(policy, fragments, handlers)
     if issues:
-        raise ContextPolicyError(_dedupe(issues))
+        raise ContextPolicyError(dedupe(issues))
     assert model is not None
-    return model  # type: ignore[return-value]
+    return model
 
 
-def _dedupe(issues: list[Issue]) -> list[Issue]:
+def uses_tokens(policy: Mapping[str, Any] | TypedPolicy) -> str | None:
+    """The key of the first token watermark a policy (typed, or a document) sets, or None."""
+    if isinstance(policy, ReducePolicy):
+        if policy.trigger_tokens is not None:
+            return "triggerTokens"
+        return "targetInputTokens" if policy.target_input_tokens is not None else None
+    if isinstance(policy, Mapping) and policy.get("mode") == "reduce":
+        for key in ("triggerTokens", "targetInputTokens"):
+            if _get(policy, key) is not None:
+                return key
+    return None
+
+
+def dedupe(issues: list[Issue]) -> list[Issue]:
     seen: set[tuple[str, str]] = set()
     out: list[Issue] = []
     for issue in issues:
@@ -281,11 +315,28 @@ def validate_context_policy(
 
     Raises :class:`ContextPolicyError` with every problem at once.
     """
-    if isinstance(handlers, str):
+    if isinstance(handlers, str) or not isinstance(handlers, Iterable):
+        what = "a single string" if isinstance(handlers, str) else type(handlers).__name__
         raise ContextPolicyError(
-            "expected ids or a mapping of id to handler, got a single string",
+            f"expected ids or a mapping of id to handler, got {what}",
             path="handlers", code="invalid-handlers-argument",
         )
+    if isinstance(fragments, (str, Mapping)) or not isinstance(fragments, Iterable):
+        what = "a single " + ("string" if isinstance(fragments, str) else "fragment dict") if (
+            isinstance(fragments, (str, Mapping))
+        ) else type(fragments).__name__
+        raise ContextPolicyError(
+            f"expected Fragment objects, fragment dicts or ids, got {what}",
+            path="fragments", code="invalid-fragments-argument",
+        )
+    if not isinstance(handlers, Mapping):
+        handlers = list(handlers)
+        bad = [h for h in handlers if not isinstance(h, str)]
+        if bad:
+            raise ContextPolicyError(
+                f"expected handler ids (strings), got {type(bad[0]).__name__} {bad[0]!r}",
+                path="handlers", code="invalid-handlers-argument",
+            )
     refs = fragment_refs(fragments)
     handler_ids = set(handlers.keys() if isinstance(handlers, Mapping) else handlers)
     return parse_policy(policy, refs or None, handler_ids or None)
