@@ -200,5 +200,6 @@ def assemble(fragments: Sequence[Fragment]) -> list[dict[str, Any]]:
         else:
             assert fragment.messages is not None
             # The real storage, as the kernel measured it (a list subclass's __iter__ may lie).
-            out.extend(list.copy(fragment.messages))
+            messages = fragment.messages
+            out.extend(messages if type(messages) is list else list.copy(messages))
     return out
