@@ -278,3 +278,21 @@ def test_the_readme_architecture_tree_names_real_files():
                 assert (folder / word).is_file(), word
                 named += 1
     assert named >= 25
+
+
+def test_every_test_the_readme_guarantees_name_exists():
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    readme = (root / "README.md").read_text("utf-8")
+    section = readme.split("## Guarantees under hostile input", 1)[1].split("\n## ", 1)[0]
+    current = None
+    named = 0
+    for file, name in re.findall(r"`(tests/[\w/]+\.py)?::(\w+)`", section):
+        current = file or current
+        assert current is not None, name
+        source = (root / current).read_text("utf-8")
+        assert f"def {name}(" in source, f"{current}::{name}"
+        named += 1
+    assert named >= 15
