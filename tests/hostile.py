@@ -234,6 +234,36 @@ def _lying_dict_message() -> dict[str, Any]:
     return LyingDict({"role": "assistant", "content": "real content, 22 chars"})
 
 
+def _handler_strips_roles(kernel: Any) -> Any:
+    # A compress handler strips the roles of the messages it got, then returns the wrong shape.
+    from contextpolicy import ContextPlan, Fragment, _kernel, process_context
+
+    def handler(request: Any) -> Any:
+        for message in request.content:
+            message.pop("role", None)
+        return 5
+
+    history = [
+        {"role": "user", "content": "q" * 50},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r" * 50},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "x", "content": "y"}]},
+    ]
+    policy = {"mode": "reduce", "triggerChars": 10, "steps": [
+        {"id": "c", "kind": "compress", "fragmentId": "history", "handlerId": "h",
+         "targetChars": 1}]}
+    previous = _kernel.use(kernel)
+    try:
+        result = process_context(ContextPlan(fragments=[
+            Fragment(id="history", kind="history", messages=history)]), policy,
+            handlers={"h": handler})
+    finally:
+        _kernel.use(previous)
+    step = result.report.steps[0]
+    return [step.status, step.reason, [w.code for w in result.report.warnings],
+            [m.get("role") for m in history]]
+
+
 def _measure_case(build: Callable[[], list[Any]]) -> Callable[[Any], Any]:
     return lambda kernel: _measure(kernel, build())
 
@@ -282,6 +312,7 @@ CASES: dict[str, Callable[[Any], Any]] = {
         {"role": "tool", "tool_call_id": LyingStr("b"), "content": "r"},
         {"role": "tool", "tool_call_id": "zzz", "content": "r"},
     ]),
+    "handler-strips-roles-then-fails": _handler_strips_roles,
     "pairing-of-a-lying-list": _pairing_on(LyingList([
         {"role": "assistant", "tool_calls": [{"id": "a"}]},
         {"role": "tool", "tool_call_id": "a", "content": "r"},

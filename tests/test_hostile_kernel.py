@@ -62,6 +62,10 @@ EXPECTED: dict[str, tuple[str, Any]] = {
         "value", [[0, "unanswered-tool-call", "a"], [2, "orphan-tool-result", "zzz"]],
     ),
     "pairing-of-a-lying-list": ("value", []),
+    # The handler's copy loses its roles; the caller's messages, and the pairing pass, do not.
+    "handler-strips-roles-then-fails": ("value", [
+        "failed", "wrong-shape", ["orphan-tool-result"], ["user", "assistant", "tool", "user"],
+    ]),
 }
 
 
