@@ -1,13 +1,19 @@
-"""What every command shares: the error that ends a command with a message, stderr, JSON files
-and the examples shipped in the package."""
+"""What every command shares: the error that ends a command with a message, stderr, JSON files,
+the signals that stop a run (cleanly) and the examples shipped in the package."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
-__all__ = ["CliError", "example_path", "load_json", "stderr"]
+__all__ = ["CliError", "Interrupted", "Signals", "example_path", "load_json", "stderr"]
 
 
 class CliError(Exception):
@@ -25,16 +31,27 @@ def stderr() -> Any:
 
 
 def load_json(path: str, what: str) -> Any:
+    """A JSON document read exactly: integers beyond 64 bits stay integers (where orjson alone
+    would make them floats)."""
     import orjson
 
+    from ..jsonl.files import loads_exactly  # neither numpy nor the kernel
+
     try:
-        data = Path(path).read_bytes() if path != "-" else sys.stdin.buffer.read()
+        if path != "-":
+            data = Path(path).read_bytes()
+        elif sys.stdin is None:
+            raise CliError(f"<stdin>: cannot read the {what}: standard input is closed")
+        else:
+            data = sys.stdin.buffer.read()
     except OSError as exc:
-        raise CliError(f"{path}: cannot read the {what} ({exc.strerror})") from None
+        raise CliError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
     try:
-        return orjson.loads(data)
+        return loads_exactly(data)
     except orjson.JSONDecodeError as exc:
         raise CliError(f"{path}: the {what} is not valid JSON ({exc})") from None
+    except ValueError as exc:  # nested too deeply to read its long numbers exactly
+        raise CliError(f"{path}: cannot read the {what}: {exc}") from None
 
 
 def example_path(name: str) -> Path:
@@ -42,3 +59,93 @@ def example_path(name: str) -> Path:
     from importlib import resources
 
     return Path(str(resources.files("contextpolicy").joinpath("examples").joinpath(name)))
+
+
+# ---------------------------------------------------------------------------------------------
+# signals
+
+# Every signal whose default is to end the process and that a handler can catch. SIGPIPE is
+# Python's own (a BrokenPipeError); SIGBUS, SIGSEGV, SIGFPE and SIGILL are faults that a Python
+# handler cannot return from (the command line maps no file, so a truncated input is no fault).
+TERMINATING = tuple(sorted({
+    getattr(signal, name) for name in (
+        "SIGINT", "SIGHUP", "SIGTERM", "SIGQUIT", "SIGUSR1", "SIGUSR2", "SIGALRM", "SIGVTALRM",
+        "SIGPROF", "SIGXCPU", "SIGPOLL", "SIGPWR", "SIGSTKFLT", "SIGBREAK",
+    ) if hasattr(signal, name)
+}))
+
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C (``SIGINT``) or another signal that ends the run: raised where the run is, so that
+    every temporary file is removed and every worker stopped on the way out, as for Ctrl-C.
+    ``complete``: the signal came while the outputs were being put in place, which was
+    finished first."""
+
+    def __init__(self, signum: int, *, complete: bool = False) -> None:
+        super().__init__(signum)
+        self.signum = signum
+        self.complete = complete
+
+
+def signal_name(signum: int) -> str:
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class Signals:
+    """While entered, a terminating signal raises ``Interrupted`` in the main thread (once: the
+    clean-up it starts is not interrupted again). A signal that was ignored when the command
+    started (``nohup``, a background job's SIGINT) stays ignored. ``SIGXFSZ`` is ignored, so
+    that writing past the file size limit is an error naming the file."""
+
+    def __init__(self) -> None:
+        self.owner = os.getpid()
+        self.received: int | None = None
+        self.deferring = False
+        self.previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: FrameType | None) -> None:
+        if os.getpid() != self.owner:  # a forked worker, before it set its own handlers
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
+            return
+        if self.received is not None:  # already stopping
+            return
+        self.received = signum
+        if not self.deferring:
+            raise Interrupted(signum)
+
+    def __enter__(self) -> Signals:
+        if threading.current_thread() is not threading.main_thread():
+            return self  # only the main thread can set handlers
+        for signum in TERMINATING:
+            current = signal.getsignal(signum)
+            usual = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            if current is not usual and current != usual:
+                continue
+            self.previous[signum] = current
+            signal.signal(signum, self._handle)
+        xfsz = getattr(signal, "SIGXFSZ", None)
+        if xfsz is not None and signal.getsignal(xfsz) == signal.SIG_DFL:
+            self.previous[xfsz] = signal.SIG_DFL
+            signal.signal(xfsz, signal.SIG_IGN)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for signum, handler in self.previous.items():
+            signal.signal(signum, handler)
+        self.previous.clear()
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A signal that comes in here waits until the block is done (the outputs put in
+        place), and is raised then, as ``Interrupted(complete=True)``."""
+        self.deferring = True
+        try:
+            yield
+        finally:
+            self.deferring = False
+        if self.received is not None:
+            raise Interrupted(self.received, complete=True)

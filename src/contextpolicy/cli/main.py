@@ -1,19 +1,24 @@
 """The ``contextpolicy`` command line: validate, reduce, audit, schema, bench.
 
-Exit status: 0 success; 1 a policy that does not validate or an audit violation; 2 bad input
-(a file that cannot be read, a line that is not a conversation, an invalid policy); 130 when
-interrupted. Errors name the file and line and say what was expected.
+Exit status: 0 success; 1 a policy that does not validate, an audit violation or a worker process
+that failed; 2 bad input or output (a file that cannot be read or written, a line that is not a
+conversation, an invalid policy); 128 + the signal's number when a signal stops the run (130 for
+Ctrl-C, 143 for SIGTERM, 141 when the reader of standard output has gone). Errors are one line
+that names the file (and line) and says what was expected.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
 import sys
 import time
 from typing import Any, NoReturn
 
 from .. import __version__
-from .common import CliError, example_path, load_json, stderr
+from .common import CliError, Signals, example_path, load_json, signal_name, stderr
 
 __all__ = ["main"]
 
@@ -107,7 +112,77 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
     return table
 
 
+def _jobs(args: argparse.Namespace, console: Any) -> int:
+    """The number of processes to use: ``--jobs``, at most one for each CPU this process may
+    run on (never less than two, so that ``--jobs 2`` means the same everywhere). The reduction
+    is CPU-bound: a worker beyond one per CPU only adds its memory and start-up time. Fewer are
+    started still when the input has less work than that (see ``process_lines``)."""
+    if args.jobs < 1:
+        raise CliError(f"--jobs: expected a number >= 1, got {args.jobs}")
+    try:
+        cpus = len(os.sched_getaffinity(0))  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    limit = max(2, cpus)
+    if args.jobs <= limit:
+        return int(args.jobs)
+    if not args.quiet:
+        console.print(f"contextpolicy: --jobs {args.jobs} lowered to {limit}: this process can "
+                      f"use {cpus} CPU{'s' if cpus != 1 else ''}, and the work is CPU-bound")
+    return limit
+
+
+def _refuse_overlaps(outputs: list[tuple[str, Any]], reads: list[tuple[str, str]]) -> None:
+    """Two outputs that are one file (one would end up holding the other), or an output that is
+    a file the run reads: refused, whatever their spelling (symbolic links, hard links,
+    ``./``, ``/dev/stdout``)."""
+    from ..jsonl.files import conflicting_files, input_identity
+
+    named = [(label, out.identity()) for label, out in outputs if out.kind != "discard"]
+    read = [(label, input_identity(path)) for label, path in reads]
+    for i, (label, identity) in enumerate(named):
+        for other, other_identity in named[i + 1:]:
+            if conflicting_files(identity, other_identity):
+                raise CliError(f"{label} and {other} are the same file: give each its own")
+        for other, other_identity in read:
+            if conflicting_files(identity, other_identity):
+                raise CliError(
+                    f"{label} is {other}: the run would write over what it reads; "
+                    "write to another file"
+                )
+
+
+def _outcome(outputs: list[Any], complete: bool) -> str:
+    """What an interrupted run leaves, for its last message."""
+    if complete:
+        return "the output was complete and in place first"
+    files = [o for o in outputs if o.kind == "file"]
+    streams = [o for o in outputs if o.streaming]
+    parts = []
+    if files or not streams:
+        parts.append("no output file was written")
+    if streams:
+        parts.append(f"what went to {' and '.join(o.name for o in streams)} is incomplete")
+    return "; ".join(parts)
+
+
 def cmd_reduce(args: argparse.Namespace) -> int:
+    from ..jsonl.files import FileError
+    from ..jsonl.runner import WorkerError
+
+    outputs: list[Any] = []
+    try:
+        return _reduce(args, outputs)
+    except FileError as exc:
+        raise CliError(str(exc)) from None
+    except WorkerError as exc:
+        raise CliError(f"{exc}; {_outcome(outputs, False)}", code=1) from None
+    except KeyboardInterrupt as exc:
+        exc.outcome = _outcome(outputs, getattr(exc, "complete", False))  # type: ignore[attr-defined]
+        raise
+
+
+def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     from ..jsonl.files import AtomicOutput, InputFile, batched_lines
     from ..jsonl.runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines, start_method
 
@@ -128,36 +203,41 @@ def cmd_reduce(args: argparse.Namespace) -> int:
                 "example corpus shipped in the package)"
             )
         input_path, policy_path = args.input or "-", args.policy
-    if args.jobs < 1:
-        raise CliError(f"--jobs: expected a number >= 1, got {args.jobs}")
+    jobs = _jobs(args, console)
     try:
         start_method()  # CONTEXTPOLICY_START_METHOD, checked before any file is opened
     except ValueError as exc:
         raise CliError(str(exc)) from None
     policy = _load_policy(policy_path)
+    # Every output checked before anything is opened or any work done: a missing folder, a
+    # folder where a file should be, one file named twice, a file the run reads.
+    out = AtomicOutput(args.output, discard=example and not args.output)
+    report_out = AtomicOutput(args.report) if args.report is not None else None
+    named = [("-o " + args.output if args.output not in (None, "-") else "standard output", out)]
+    if report_out is not None:
+        named.append((f"--report {args.report}", report_out))
+    _refuse_overlaps(named, [(f"the input {input_path}", input_path),
+                             (f"the policy {policy_path}", policy_path)])
+    outputs += [o for _, o in named]
     summary = Summary()
     started = time.perf_counter()
-    try:
-        source = InputFile(input_path)
-    except FileNotFoundError as exc:
-        raise CliError(str(exc)) from None
+    source = InputFile(input_path)
     if example:
         source.name = f"example corpus ({EXAMPLE_CORPUS})"
     show_progress = console.is_terminal and not args.quiet
-    with source, AtomicOutput(args.output, discard=example and not args.output) as out, \
-            _ReportFile(args.report) as report:
+    with source, out, _ReportFile(report_out) as report:
         progress = _Progress(console, source) if show_progress else None
         batches: Any
         if source.seekable:
-            batches = source.ranges(BATCH_BYTES, workers=args.jobs)  # read in place, mapped
-        elif args.jobs == 1:
+            batches = source.ranges(BATCH_BYTES, workers=jobs)  # read in place, in ranges
+        elif jobs == 1:
             batches = batched_lines(source.lines(), 1, BATCH_BYTES)  # a pipe streams through
         else:
             batches = batched_lines(source.lines(), BATCH_LINES, BATCH_BYTES)
-        live = not source.seekable and out.path is None  # pipe to pipe: flush every line
+        live = not source.seekable and out.streaming  # a stream to a stream: every line flushed
         # Closed on the way out: the workers are stopped before an error is reported.
         results = process_lines(
-            batches, policy, jobs=args.jobs, with_reports=report.enabled,
+            batches, policy, jobs=jobs, with_reports=report.enabled,
             on_batch=progress.update if progress else None,
         )
         try:
@@ -172,7 +252,7 @@ def cmd_reduce(args: argparse.Namespace) -> int:
                 if result.output is not None:
                     out.write(result.output)
                     if live:
-                        out.stream.flush()
+                        out.flush()
                 if result.report is not None:
                     report.add(result.report)
         finally:
@@ -182,8 +262,12 @@ def cmd_reduce(args: argparse.Namespace) -> int:
         summary.bytes_in = source.position
         summary.seconds = time.perf_counter() - started
         data = summary.to_json_dict()
-        out.commit()
-        report.commit(data)
+        report.finish(data)
+        out.flush()
+        # Both outputs are put in place together: a signal now waits until they are.
+        with args.signals.deferred():
+            out.commit()
+            report.commit()
     if not args.quiet:
         console.print(_summary_table(data, f"contextpolicy reduce: {source.name}"))
         if args.output:
@@ -232,11 +316,9 @@ class _Progress:
 class _ReportFile:
     """The per-conversation reports and the summary, streamed into one JSON document."""
 
-    def __init__(self, path: str | None) -> None:
-        from ..jsonl.files import AtomicOutput
-
-        self.enabled = path is not None
-        self.out = AtomicOutput(path) if path is not None else None
+    def __init__(self, out: Any) -> None:
+        self.enabled = out is not None
+        self.out = out
         self.first = True
 
     def __enter__(self) -> _ReportFile:
@@ -250,11 +332,17 @@ class _ReportFile:
         self.out.write(entry if self.first else b",\n" + entry)
         self.first = False
 
-    def commit(self, summary: dict[str, Any]) -> None:
+    def finish(self, summary: dict[str, Any]) -> None:
+        """The summary, the end of the document, and everything written out (a full disk
+        shows here, before any output is put in place)."""
         import orjson
 
         if self.out is not None:
             self.out.write(b'\n],"summary":' + orjson.dumps(summary) + b"}\n")
+            self.out.flush()
+
+    def commit(self) -> None:
+        if self.out is not None:
             self.out.commit()
 
     def __exit__(self, *exc: object) -> None:
@@ -387,7 +475,9 @@ def _parser() -> argparse.ArgumentParser:
         description="Apply a policy to every line of a JSONL file: a transcript "
         '{"id", "messages"} or a plan {"fragments"}. Output lines keep the input\'s shape and '
         "order; a summary table goes to stderr. Output files are written to a temporary file "
-        "and renamed, so a failed run leaves no half file.",
+        "beside them and renamed at the end, so a failed or interrupted run leaves no half "
+        "file; what is not a regular file (a device, a FIFO, /dev/stdout) is written to as it "
+        "is. INPUT may be a pipe or a FIFO (<(...) too).",
         epilog="examples:\n"
         "  contextpolicy reduce                      # the example corpus shipped in the package\n"
         "  contextpolicy reduce chats.jsonl.gz --policy policy.json -o reduced.jsonl \\\n"
@@ -401,7 +491,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--report", metavar="REPORT.json",
                    help="write every conversation's report and the summary here")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="worker processes (default 1); output order is kept")
+                   help="processes (default 1; lowered to the CPUs this process can use, and "
+                   "never more than the input has work for); output order is kept")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="a bad line stops the run (fail, default) or is counted and skipped")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
@@ -454,17 +545,84 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     return cmd_bench(args)
 
 
+def _say(message: str) -> None:
+    """A last message on standard error, if there is one to write it to."""
+    if sys.stderr is not None:
+        with contextlib.suppress(OSError):  # a terminal that hung up, a closed pipe
+            print(message, file=sys.stderr, flush=True)
+
+
+def _hold_closed_standard_streams() -> None:
+    """Standard input, output or error closed when the command started: the descriptor is held
+    (on the null device) so that no file this run opens takes its number; ``sys.stdin``,
+    ``sys.stdout`` or ``sys.stderr`` stays ``None``, so that writing there is still an error."""
+    for fd, stream in enumerate((sys.stdin, sys.stdout, sys.stderr)):
+        if stream is not None:
+            continue
+        try:
+            os.fstat(fd)
+        except OSError:
+            held = os.open(os.devnull, os.O_RDWR)
+            if held != fd:
+                os.dup2(held, fd)
+                os.close(held)
+
+
+def _silence_stdout() -> None:
+    """Standard output cannot take what is left in its buffer (a full disk, a reader that has
+    gone): send it to the null device, so that Python's last flush does not fail again."""
+    if sys.stdout is None:
+        return
+    with contextlib.suppress(OSError, ValueError):
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+
+
+def _flush_stdout() -> OSError | None:
+    if sys.stdout is None:
+        return None
+    try:
+        sys.stdout.flush()
+    except OSError as exc:
+        _silence_stdout()
+        return exc
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    _hold_closed_standard_streams()
+    args.signals = Signals()
+    code: int
     try:
-        return int(args.func(args))
+        with args.signals:
+            if args.command != "reduce" and sys.stdout is None:
+                raise CliError("standard output is closed: there is nowhere to write the result")
+            code = int(args.func(args))
+            failure = _flush_stdout()
+            if isinstance(failure, BrokenPipeError):
+                raise failure
+            if failure is not None:
+                raise CliError(f"standard output: cannot write ({failure.strerror or failure})")
     except CliError as exc:
-        print(f"contextpolicy {args.command}: error: {exc}", file=sys.stderr)
-        return exc.code
-    except KeyboardInterrupt:
-        print(f"contextpolicy {args.command}: interrupted; no output file was written",
-              file=sys.stderr)
-        return 130
-    except BrokenPipeError:
-        sys.stderr.close()
-        return 0
+        _say(f"contextpolicy {args.command}: error: {exc}")
+        code = exc.code
+    except KeyboardInterrupt as exc:
+        signum = getattr(exc, "signum", signal.SIGINT)
+        how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal_name(signum)}"
+        outcome = getattr(exc, "outcome", "no output file was written")
+        _say(f"contextpolicy {args.command}: {how}; {outcome}")
+        code = 128 + signum
+    except BrokenPipeError:  # the reader of standard output has gone (`| head`): quietly
+        _silence_stdout()
+        code = 128 + getattr(signal, "SIGPIPE", 13)
+    except OSError as exc:  # writing a command's result (the files it reads say so themselves)
+        _silence_stdout()
+        where = exc.filename or "standard output"
+        _say(f"contextpolicy {args.command}: error: {where}: cannot write "
+             f"({exc.strerror or exc})")
+        code = 2
+    if _flush_stdout() is not None:  # what an error left in the buffer
+        _silence_stdout()
+    return code

@@ -9,19 +9,24 @@ and come back in input order, so ``--jobs 2`` writes exactly the bytes ``--jobs 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import gc
 import itertools
 import multiprocessing
 import os
+import re
 import signal
 import sys
+import threading
+import time
 import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import orjson
 
 from ..core import process_context
@@ -29,13 +34,22 @@ from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextP
 from ..plan import ContextPlan, Fragment, as_plan
 from ..policy import validate_context_policy
 from ..report import ContextReport
-from .files import FileRange, map_range, read_range
+from .files import (
+    FileError,
+    FileRange,
+    dumps,
+    read_file_range,
+    read_range,
+    reread_exactly,
+)
 
-__all__ = ["LineError", "LineResult", "Summary", "process_lines"]
+__all__ = ["LineError", "LineResult", "Summary", "WorkerError", "process_lines"]
 
 O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
 BATCH_LINES = 64
 BATCH_BYTES = 4 << 20
+# The least room left in the buffer a file range is read into, for a later range a little longer.
+READ_BUFFER_SLACK = 256 << 10
 # Ranges queued for each worker process, so that it never waits for the next one.
 QUEUED = 2
 # While the main process works through a range itself, it collects finished ranges from the
@@ -167,6 +181,89 @@ def _with_empty_history(plan: ContextPlan) -> ContextPlan:
     return ContextPlan(fragments=fragments)
 
 
+# ---------------------------------------------------------------------------------------------
+# Integers beyond 64 bits: the lines that must be read again exactly
+
+# Eight bytes at a time: a run of 19 digits holds at least one aligned word of eight digits,
+# wherever it starts. Words whose eight bytes all have the high nibble 3 (the digits, and
+# ":;<=>?") are looked at closely; they are rare in JSON.
+_HIGH = np.uint64(0xF0F0F0F0F0F0F0F0)
+_THREES = np.uint64(0x3030303030303030)
+_DIGITS = re.compile(rb"[0-9]*")
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
+_RUN = b"0" * 19
+# Shorter buffers are scanned byte by byte: below this, numpy's start-up costs more.
+SMALL_SCAN = 16 << 10
+SCAN_WORDS = 1 << 15  # 256 KB of input at a time
+
+
+def long_digit_runs(data: bytes | bytearray | memoryview) -> list[int]:
+    """Where the runs of 19 digits or more in ``data`` start: where an integer may be that
+    orjson reads as a float (it keeps -2**63 .. 2**64 - 1 exact). Some twenty times faster than
+    a regular expression over the same bytes (0.06 ns a byte), so that every line is checked."""
+    size = len(data)
+    if size < SMALL_SCAN:
+        marked = (data if isinstance(data, (bytes, bytearray)) else bytes(data)).translate(
+            _DIGITS_AS_ZEROS)
+        starts = []
+        at = marked.find(_RUN)
+        while at >= 0:
+            starts.append(at)
+            end = marked.find(b" ", at)
+            if end < 0:
+                break
+            at = marked.find(_RUN, end)
+        return starts
+    words = np.frombuffer(data, np.uint64, count=size // 8)
+    high = np.empty(min(SCAN_WORDS, len(words)), np.uint64)
+    found = np.empty(len(high), bool)
+    candidates: list[int] = []
+    for begin in range(0, len(words), SCAN_WORDS):
+        part = words[begin:begin + SCAN_WORDS]
+        np.bitwise_and(part, _HIGH, out=high[:len(part)])
+        hits = np.equal(high[:len(part)], _THREES, out=found[:len(part)])
+        if hits.any():
+            candidates += (np.flatnonzero(hits) + begin).tolist()
+    starts = []
+    end = 0
+    for word in candidates:
+        at = 8 * word
+        if at < end:  # in the run just measured
+            continue
+        match = _DIGITS.match(data, at)
+        if match is None or match.end() < at + 8:  # not eight digits: ":", "<" and the like
+            continue
+        start = at
+        while start > 0 and 48 <= data[start - 1] <= 57:
+            start -= 1
+        end = match.end()
+        if end - start >= 19:
+            starts.append(start)
+    return starts
+
+
+def _lines_holding(starts: list[int], lines: list[Any], runs: list[int]) -> set[int]:
+    """The numbers of the lines (``(number, line)``, starting at ``starts``) that hold one of
+    the ``runs``."""
+    held = set()
+    for at in runs:
+        index = bisect.bisect_right(starts, at) - 1
+        if index >= 0:
+            held.add(lines[index][0])
+    return held
+
+
+class WorkerError(RuntimeError):
+    """A worker process failed (its traceback follows) or exited unexpectedly."""
+
+
+def _exit_status(code: int | None) -> str:
+    if code is not None and code < 0:
+        with contextlib.suppress(ValueError):
+            return f"exit code {code}, {signal.Signals(-code).name}"
+    return f"exit code {code}"
+
+
 class _Worker:
     """Holds the validated policy; turns lines into results."""
 
@@ -175,6 +272,11 @@ class _Worker:
         self.policy_doc = policy
         self.with_reports = with_reports
         self._files: dict[str, int] = {}  # open input files, by path
+        self._buffer = bytearray()  # where a file range is read
+        # The numbers of the lines of the batch at hand to be read again exactly, once the
+        # batch has been checked (a line handed over alone is checked by itself).
+        self._exact: set[int] = set()
+        self._checked = False
         # A transcript too short to have a history still goes through a policy that trims one:
         # its history is empty, and nothing is there to trim.
         doc = self.policy.to_json_dict()
@@ -183,10 +285,16 @@ class _Worker:
         )
 
     def line(self, number: int, raw: bytes | memoryview) -> LineResult:
+        exact = number in self._exact if self._checked else bool(long_digit_runs(raw))
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
             return LineResult(number, error=f"invalid JSON ({exc})")
+        if exact:  # orjson may have read an integer beyond 64 bits as a float: read it exactly
+            try:
+                doc = reread_exactly(raw)
+            except ValueError as exc:
+                return LineResult(number, error=str(exc))
         try:
             return self._process(number, doc)
         except LineError as exc:
@@ -195,6 +303,8 @@ class _Worker:
             return LineResult(number, error=str(exc))
         except ContextError as exc:
             return LineResult(number, error=f"{type(exc).__name__}: {exc}")
+        except RecursionError:
+            return LineResult(number, error="the line is nested too deeply to be processed")
 
     def _process(self, number: int, doc: Any) -> LineResult:
         if not isinstance(doc, dict):
@@ -232,20 +342,25 @@ class _Worker:
             report = exc.report
             violation = True
             out = doc
+        # dumps: orjson's bytes, also for what orjson reads but will not write (nesting deeper
+        # than 254 levels, integers beyond 64 bits).
         line = LineResult(
-            number, output=orjson.dumps(out) + b"\n", figures=_figures(report),
-            violation=violation,
+            number, output=dumps(out) + b"\n", figures=_figures(report), violation=violation,
         )
         if self.with_reports:
             # The line number is put in front by the caller, who knows where the batch began.
             entry = {"id": doc.get("id"), "report": report.model_dump(by_alias=True, mode="json")}
-            line.report = orjson.dumps(entry)
+            line.report = dumps(entry)
         return line
 
     def in_worker_process(self) -> _Worker:
-        """Set up a worker process, which lives for one run: input files of its own, and the
+        """Set up a worker process, which lives for one run: input files of its own, signals
+        left to the main process, an exit of its own when the main process has gone, and the
         collector settings of ``_streaming_gc`` for good."""
         self._files = {}
+        self._buffer = bytearray()
+        _worker_signals()
+        _exit_with_parent()
         gc.freeze()
         gc.set_threshold(GC_GEN0_THRESHOLD, *gc.get_threshold()[1:])
         return self
@@ -268,21 +383,52 @@ class _Worker:
         count from 1; the caller, who knows where the range starts, makes them absolute).
         ``between`` is called after every ``POLL_BYTES`` or so of input."""
         if not isinstance(batch, FileRange):
-            return 0, self._lines(batch, between)
+            if len(batch) == 1:
+                runs = long_digit_runs(batch[0][1])
+                exact = {batch[0][0]} if runs else set()
+            else:
+                starts, at = [], 0
+                for _, raw in batch:
+                    starts.append(at)
+                    at += len(raw) + 1
+                runs = long_digit_runs(b"\n".join(raw for _, raw in batch))
+                exact = _lines_holding(starts, batch, runs)
+            return 0, self._checked_lines(batch, exact, between)
         fd = self._files.get(batch.path)
         if fd is None:
-            fd = self._files[batch.path] = os.open(batch.path, os.O_RDONLY | O_BINARY)
-        # Only this range is mapped, and only while its lines are parsed in place: however long
-        # the file, what is mapped never adds up.
-        data, where = map_range(fd, batch)
-        try:
-            count, lines = read_range(data, where)
-            results = self._lines(lines, between)
-            del lines
-        finally:
-            with contextlib.suppress(BufferError):  # the lines are held by an error's traceback
-                data.close()
+            try:
+                fd = self._files[batch.path] = os.open(batch.path, os.O_RDONLY | O_BINARY)
+            except OSError as exc:
+                raise FileError(f"{batch.path}: cannot open ({exc.strerror or exc})") from None
+        # Only this range is held, and only while its lines are parsed, in one buffer that the
+        # ranges share: however long the file, what is held never adds up. It is read, not
+        # mapped: a file truncated meanwhile is a short read, and an error that says so, where a
+        # mapping would crash the process (SIGBUS).
+        if len(self._buffer) < batch.length:
+            # A new buffer, never a resized one (the lines of an error's traceback may still be
+            # views of the old one), made after the old one is let go, and with room for the
+            # next ranges, which are as long give or take a line.
+            self._buffer = bytearray()
+            self._buffer = bytearray(batch.length + max(READ_BUFFER_SLACK, batch.length // 4))
+        read_file_range(fd, batch, self._buffer)
+        count, lines, starts = read_range(self._buffer, FileRange(batch.path, 0, batch.length))
+        if lines:
+            with memoryview(self._buffer)[:batch.length] as data:
+                exact = _lines_holding(starts, lines, long_digit_runs(data))
+        else:
+            exact = set()
+        results = self._checked_lines(lines, exact, between)
+        del lines
         return count, results
+
+    def _checked_lines(
+        self, lines: list[Any], exact: set[int], between: Callable[[], None] | None,
+    ) -> list[LineResult]:
+        self._exact, self._checked = exact, True
+        try:
+            return self._lines(lines, between)
+        finally:
+            self._exact, self._checked = set(), False
 
     def _lines(
         self, lines: Iterable[tuple[int, bytes | memoryview]], between: Callable[[], None] | None,
@@ -298,6 +444,57 @@ class _Worker:
                 seen = 0
                 between()
         return results
+
+
+# ---------------------------------------------------------------------------------------------
+# worker processes: no signal of the main process's, and no life after it
+
+# How often a worker looks whether the main process is still there (where the system cannot
+# tell it: elsewhere than Linux, or before it could ask).
+PARENT_POLL_SECONDS = 0.5
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _worker_signals() -> None:
+    """Ctrl-C is the main process's to handle (it stops the workers); the handlers the command
+    line set for other signals (to clean up its files) are the main process's too: here they
+    are the default again, so that the main process can stop a worker with SIGTERM."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for signum in signal.valid_signals():
+        if signum == signal.SIGINT:
+            continue
+        try:
+            if callable(signal.getsignal(signum)):
+                signal.signal(signum, signal.SIG_DFL)
+        except (OSError, ValueError):
+            continue
+
+
+def _exit_with_parent() -> None:
+    """Make this worker end when the process that started it does (killed, say, with SIGKILL,
+    which leaves it no chance to stop its workers): on Linux the system kills it then
+    (PR_SET_PDEATHSIG); everywhere on POSIX a thread checks for a new parent process."""
+    if os.name != "posix":
+        return
+    parent = os.getppid()
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(Exception):
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(ctypes.c_int(PR_SET_PDEATHSIG), ctypes.c_ulong(signal.SIGKILL),
+                       ctypes.c_ulong(0), ctypes.c_ulong(0), ctypes.c_ulong(0))
+    if os.getppid() != parent:  # it died before it could be asked to
+        os._exit(1)
+    threading.Thread(target=_watch_parent, args=(parent,), daemon=True,
+                     name="contextpolicy-parent-watch").start()
+
+
+def _watch_parent(parent: int) -> None:
+    while True:
+        time.sleep(PARENT_POLL_SECONDS)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 _WORKER: _Worker | None = None
@@ -345,6 +542,8 @@ def _context() -> Any:
     return multiprocessing.get_context(start_method())
 
 
+
+
 def process_lines(
     batches: Iterable[list[tuple[int, bytes]]] | Iterable[FileRange],
     policy: dict[str, Any],
@@ -353,11 +552,12 @@ def process_lines(
     with_reports: bool = False,
     on_batch: Callable[[], None] | None = None,
 ) -> Generator[LineResult, None, None]:
-    """Results for every line, in input order, computed by ``jobs`` processes.
+    """Results for every line, in input order, computed by up to ``jobs`` processes.
 
-    The ranges of a file (``InputFile.ranges``) are shared between this process and
-    ``jobs - 1`` worker processes, each of which maps the file itself. Lines read from a stream
-    go to ``jobs`` worker processes, while this one reads (and decompresses) the input.
+    The ranges of a file (``InputFile.ranges``) are shared between this process and up to
+    ``jobs - 1`` worker processes, each of which reads the file itself. Lines read from a stream
+    go to up to ``jobs`` worker processes, while this one reads (and decompresses) the input.
+    A worker is started only for work there is: never more of them than ranges or batches.
     """
     # An invalid policy, or start method of CONTEXTPOLICY_START_METHOD, fails here, before any
     # work (whatever the number of jobs, so that a wrong setting is never silently ignored).
@@ -402,10 +602,19 @@ def _in_process(
 
 
 def _in_workers(
-    batches: Iterable[Any], worker: _Worker, jobs: int,
+    batches: Iterator[Any], worker: _Worker, jobs: int,
     absolute: Callable[[int, list[LineResult]], list[LineResult]],
     on_batch: Callable[[], None] | None,
 ) -> Iterator[LineResult]:
+    # As many workers as there are batches to begin with, up to jobs: a stream of a few lines
+    # is worked through here, by no pool at all.
+    ahead = list(itertools.islice(batches, jobs))
+    if len(ahead) <= 1:
+        yield from _in_process(ahead, worker, absolute, on_batch)
+        return
+    jobs = len(ahead)
+    batches = itertools.chain(ahead, batches)
+    del ahead
     # At most a few batches per worker in flight: the input is read only as fast as it is
     # processed, so memory stays flat however long the file is. Forked workers inherit the
     # parent's objects frozen (_streaming_gc): their collector never walks, and so never
@@ -434,21 +643,43 @@ class _Child:
     """A worker process of ``_share_ranges``: file ranges go in through one pipe, their results
     come back through another, in the order the ranges were sent."""
 
-    def __init__(self, ctx: Any, worker: _Worker) -> None:
+    def __init__(self, ctx: Any, worker: _Worker, others: list[_Child]) -> None:
         tasks_out, tasks_in = ctx.Pipe(duplex=False)
         results_out, results_in = ctx.Pipe(duplex=False)
         _enlarge(results_in)
+        # A forked worker starts with a copy of every descriptor open here: this process's ends
+        # of its own pipes, and of the pipes of the workers started before it. It closes them,
+        # so that when this process has gone, nothing holds its task pipe open: it reads the
+        # end of it and exits (and a worker started later cannot keep an earlier one waiting).
+        inherited: list[Any] = []
+        if ctx.get_start_method() == "fork":
+            inherited = [tasks_in, results_out]
+            for other in others:
+                inherited += [other.tasks, other.results]
         self.process = ctx.Process(
-            target=_child_main, args=(tasks_out, results_in, worker), daemon=True,
+            target=_child_main, args=(tasks_out, results_in, worker, inherited), daemon=True,
             name="contextpolicy-worker",
         )
         self.process.start()
         tasks_out.close()
         results_in.close()
-        self.tasks = tasks_in
-        self.results = results_out
+        self.tasks: Any = tasks_in
+        self.results: Any = results_out
         self.pending: deque[int] = deque()
         self.released = False
+
+    def send(self, task: tuple[int, FileRange]) -> None:
+        try:
+            self.tasks.send(task)
+        except OSError:  # it has exited
+            raise self.died() from None
+        self.pending.append(task[0])
+
+    def died(self) -> WorkerError:
+        self.process.join(timeout=10)  # its pipe closed as it exited: collect its status
+        return WorkerError(
+            f"a worker process exited unexpectedly ({_exit_status(self.process.exitcode)})"
+        )
 
     def release(self) -> None:
         """No more ranges: the worker exits (while this process finishes its own)."""
@@ -477,23 +708,30 @@ def _enlarge(conn: Any) -> None:
             fcntl.fcntl(conn.fileno(), setpipe, PIPE_BYTES)
 
 
-def _child_main(tasks: Any, results: Any, worker: _Worker) -> None:
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the main process handles Ctrl-C, and stops us
+def _child_main(tasks: Any, results: Any, worker: _Worker, inherited: list[Any]) -> None:
+    for conn in inherited:
+        with contextlib.suppress(OSError):
+            conn.close()
     worker.in_worker_process()
     while True:
         try:
             task = tasks.recv()
-        except EOFError:
+        except (EOFError, OSError):  # the main process has gone
             return
         if task is None:
             return
         index, batch = task
-        message: tuple[int, Any, str | None]
+        message: tuple[int, Any, Any]
         try:
             message = (index, worker.batch(batch), None)
+        except FileError as exc:  # the input, not a bug: the main process reports it as it is
+            message = (index, None, exc)
         except BaseException:
             message = (index, None, traceback.format_exc())
-        results.send(message)
+        try:
+            results.send(message)
+        except OSError:  # the main process has gone
+            return
 
 
 def _share_ranges(
@@ -501,9 +739,10 @@ def _share_ranges(
     absolute: Callable[[int, list[LineResult]], list[LineResult]],
     on_batch: Callable[[], None] | None,
 ) -> Iterator[LineResult]:
-    """File ranges shared between ``jobs - 1`` worker processes and this one. A range is a few
-    bytes to send, so the workers are kept supplied without ever blocking this process, which
-    works through the ranges nobody else is waiting for."""
+    """File ranges shared between up to ``jobs - 1`` worker processes and this one. A range is
+    a few bytes to send, so the workers are kept supplied without ever blocking this process,
+    which works through the ranges nobody else is waiting for. A worker is started only for a
+    range there is to give it."""
     from multiprocessing.connection import wait
 
     ctx = _context()
@@ -512,17 +751,30 @@ def _share_ranges(
     sent = 0
     more = True
 
+    def supply(child: _Child) -> None:
+        nonlocal sent, more
+        while more and len(child.pending) < QUEUED:
+            batch = next(batches, None)
+            if batch is None:
+                more = False
+                return
+            child.send((sent, batch))
+            sent += 1
+
     def feed() -> None:
         nonlocal sent, more
         for child in children:
-            while more and len(child.pending) < QUEUED:
-                batch = next(batches, None)
-                if batch is None:
-                    more = False
-                    return
-                child.tasks.send((sent, batch))
-                child.pending.append(sent)
-                sent += 1
+            supply(child)
+        while more and len(children) < jobs - 1:
+            batch = next(batches, None)
+            if batch is None:
+                more = False
+                break
+            child = _Child(ctx, worker, children)
+            children.append(child)
+            child.send((sent, batch))
+            sent += 1
+            supply(child)
         if not more:
             for child in children:
                 if not child.pending:
@@ -532,12 +784,11 @@ def _share_ranges(
         try:
             index, result, failure = child.results.recv()
         except EOFError:
-            child.process.join(timeout=10)  # its pipe closed as it exited: collect its status
-            raise RuntimeError(
-                f"a worker process exited unexpectedly (exit code {child.process.exitcode})"
-            ) from None
+            raise child.died() from None
+        if isinstance(failure, BaseException):
+            raise failure
         if failure is not None:
-            raise RuntimeError(f"a worker process failed:\n{failure}")
+            raise WorkerError(f"a worker process failed:\n{failure}")
         assert index == child.pending.popleft()
         done[index] = result
 
@@ -549,9 +800,14 @@ def _share_ranges(
 
     failed = True
     try:
-        for _ in range(jobs - 1):
-            children.append(_Child(ctx, worker))
+        # The first range is this process's own: a file of one range starts no worker.
+        first = next(batches, None)
+        if first is None:
+            return
+        sent = 1
         feed()
+        done[0] = worker.batch(first, between=drain)
+        drain()
         given = 0
         while True:
             while given in done:
