@@ -20,6 +20,7 @@ from ..synthetic import (
     make_history,
     measure_group_cut,
 )
+from .common import CliError
 
 __all__ = ["cmd_bench", "run_bench"]
 
@@ -32,22 +33,83 @@ def _best(fn: Callable[[], Any], repeat: int) -> float:
     return best
 
 
+_JSON_TYPES = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "true or false", type(None): "null"}
+MIN_SIZE = 2  # messages: a history needs a question and a reply
+
+
+def sizes(text: str) -> list[int]:
+    """The history sizes of ``--sizes``: whole numbers of at least ``MIN_SIZE``, by commas."""
+    found = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part:
+            continue
+        try:
+            n = int(part)
+        except ValueError:
+            raise CliError(
+                "--sizes: expected whole numbers of messages separated by commas "
+                f"(e.g. 1000,10000), got {part!r}"
+            ) from None
+        if n < MIN_SIZE:
+            raise CliError(
+                f"--sizes: expected histories of at least {MIN_SIZE} messages (a question and "
+                f"a reply), got {n}"
+            )
+        found.append(n)
+    if not found:
+        raise CliError(f"--sizes: expected at least one size, got {text!r}")
+    return found
+
+
+def _read_input(path: str) -> list[list[dict[str, Any]]]:
+    """The histories of the transcripts of a JSONL file; every problem a one-line error that
+    says where."""
+    import orjson
+
+    from ..errors import ContextPlanError
+    from ..jsonl.files import FileError, InputFile
+
+    conversations = []
+    try:
+        with InputFile(path) as source:
+            for number, raw in source.lines():
+                where = f"{path}:{number}"
+                try:
+                    doc = orjson.loads(raw)
+                except orjson.JSONDecodeError as exc:
+                    raise CliError(f"{where}: invalid JSON ({exc})") from None
+                if not isinstance(doc, dict) or "messages" not in doc:
+                    got = (f"an object with keys: {', '.join(sorted(map(str, doc))) or 'none'}"
+                           if isinstance(doc, dict) else _JSON_TYPES.get(type(doc), "a value"))
+                    raise CliError(f'{where}: expected a transcript {{"id", "messages"}}, '
+                                   f"got {got}")
+                try:
+                    plan = ContextPlan.from_messages(doc["messages"])
+                    history = next((f.messages for f in plan.fragments if f.id == "history"), None)
+                    # Timed as a conversation of its own: it must have a history itself.
+                    if history and any(f.id == "history" for f in
+                                       ContextPlan.from_messages(history).fragments):
+                        conversations.append(history)
+                except ContextPlanError as exc:
+                    raise CliError(f"{where}: {exc}") from None
+    except FileError as exc:
+        raise CliError(str(exc)) from None
+    if not conversations:
+        raise CliError(
+            f'{path}: no transcript with a history to time (expected lines {{"id", "messages"}} '
+            "with replies before the last question)"
+        )
+    return conversations
+
+
 def _histories(args: argparse.Namespace) -> list[tuple[str, list[list[dict[str, Any]]]]]:
     if args.input:
-        from ..jsonl.files import InputFile
-
-        conversations = []
-        with InputFile(args.input) as source:
-            for _, raw in source.lines():
-                doc = json.loads(raw)
-                plan = ContextPlan.from_messages(doc["messages"])
-                history = [f for f in plan.fragments if f.id == "history"]
-                if history and history[0].messages:
-                    conversations.append(history[0].messages)
-        return [(args.input, conversations)]
-    sizes = [int(s) for s in str(args.sizes).split(",") if s.strip()]
+        return [(args.input, _read_input(args.input))]
     # Round-tripped through JSON: laid out in memory as an application holds a transcript.
-    return [(f"{n:,}", [json.loads(json.dumps(make_history(n, seed=7)))]) for n in sizes]
+    return [(f"{n:,}", [json.loads(json.dumps(make_history(n, seed=7)))])
+            for n in sizes(args.sizes)]
 
 
 def _time_case(
@@ -114,8 +176,6 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError:
-        from .common import CliError
-
         raise CliError("--plot needs matplotlib: pip install 'contextpolicy[plot]'") from None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for impl in dict.fromkeys(r["implementation"] for r in rows):
@@ -139,9 +199,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     if args.repeat < 1:
-        from .common import CliError
-
         raise CliError(f"--repeat: expected a number >= 1, got {args.repeat}")
+    if not args.input:
+        sizes(args.sizes)  # before anything is timed
     rows = run_bench(args)
     if args.json:
         print(json.dumps(rows, indent=2))
