@@ -9,6 +9,7 @@ import itertools
 import json
 import multiprocessing
 import os
+import re
 import sys
 from importlib import resources
 from pathlib import Path
@@ -20,7 +21,7 @@ from hypothesis import strategies as st
 
 from contextpolicy.errors import ContextPolicyError
 from contextpolicy.jsonl import runner
-from contextpolicy.jsonl.files import MIN_RANGE, FileRange, InputFile
+from contextpolicy.jsonl.files import MIN_RANGE, FileError, FileRange, InputFile
 from contextpolicy.jsonl.runner import process_lines
 from contextpolicy.synthetic import make_transcript
 
@@ -330,4 +331,93 @@ def test_a_start_method_this_platform_lacks_is_a_clear_error(monkeypatch):
         f"CONTEXTPOLICY_START_METHOD=forkserver: that start method is not available on "
         f"{sys.platform}; expected one of spawn (or unset for the default)"
     )
+    assert no_workers_left()
+
+
+# ---------------------------------------------------------------------------------------------
+# integers beyond 64 bits: every run of 19 digits is found, however the bytes fall
+
+LONG_RUN = re.compile(rb"(?<![0-9])[0-9]{19,}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 40), st.sampled_from(b"0123456789:;<=>?x \n")),
+                max_size=40),
+       st.integers(0, 70_000), st.integers(0, 7))
+def test_every_run_of_19_digits_is_found(pieces, padding, shift):
+    # Runs of digits among the bytes that look most like them (the high nibble 3), at every
+    # alignment, in buffers scanned byte by byte and eight bytes at a time.
+    data = b"y" * shift + b"".join(bytes([c]) * n if c != ord("x") else
+                                   b"1" * n + b":" for n, c in pieces)
+    data = b"a" * (padding // 2) + data + b"b" * (padding - padding // 2)
+    expected = [m.start() for m in LONG_RUN.finditer(data)]
+    assert runner.long_digit_runs(data) == expected
+    assert runner.long_digit_runs(memoryview(bytearray(data))) == expected
+
+
+def test_the_lines_that_hold_a_long_run_are_read_exactly(tmp_path):
+    lines = [b'{"id": 18446744073709551616, "messages": []}', b'{"id": 1, "messages": []}',
+             b'{"id": "12345678901234567890", "messages": []}', b'{"id": -9223372036854775809, '
+             b'"messages": [], "n": 1.5}']
+    path = tmp_path / "big.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    for jobs in (1, 2):
+        with InputFile(str(path)) as source:
+            outputs = [r.output for r in process_lines(source.ranges(8), POLICY, jobs=jobs)]
+        assert outputs == [b'{"id":18446744073709551616,"messages":[]}\n',
+                           b'{"id":1,"messages":[]}\n',
+                           b'{"id":"12345678901234567890","messages":[]}\n',
+                           b'{"id":-9223372036854775809,"messages":[],"n":1.5}\n']
+        streamed = [r.output for r in process_lines([[(i + 1, line) for i, line in
+                                                      enumerate(lines)]], POLICY, jobs=jobs)]
+        assert streamed == outputs
+    worker = runner._Worker(POLICY, False)  # a line handed over alone is checked by itself
+    assert worker.line(1, memoryview(lines[0])).output == outputs[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# no more workers than work, and a file that shrinks is an error, not a crash
+
+
+@pytest.mark.parametrize("jobs", [2, 5, 50])
+def test_a_worker_is_started_only_for_a_range_there_is(corpus, monkeypatch, jobs):
+    started = []
+
+    class Counted(runner._Child):
+        def __init__(self, *args):
+            started.append(1)
+            super().__init__(*args)
+
+    monkeypatch.setattr(runner, "_Child", Counted)
+    for max_bytes in (10**9, 120_000, 40_000):
+        count = len(ranges(corpus, max_bytes, jobs))
+        started.clear()
+        assert outcome(corpus, max_bytes, jobs) == outcome(corpus, max_bytes, 1)
+        assert len(started) <= min(count - 1, jobs - 1), (count, started)
+    assert no_workers_left()
+
+
+@pytest.mark.parametrize("batches", [1, 3])
+def test_a_pool_is_no_larger_than_the_batches(batches):
+    lines = [[(k * 2 + i + 1, b'{"id": "a", "messages": []}') for i in range(2)]
+             for k in range(batches)]
+    results = process_lines(lines, POLICY, jobs=50)
+    assert next(results).line == 1
+    assert len(multiprocessing.active_children()) <= (batches if batches > 1 else 0)
+    assert [r.line for r in results] == list(range(2, 2 * batches + 1))
+    assert no_workers_left()
+
+
+@pytest.mark.parametrize("jobs", [1, 2, 3])
+def test_a_file_that_shrinks_during_a_run_is_a_file_error(tmp_path, jobs):
+    path = tmp_path / "shrinks.jsonl"
+    path.write_bytes(b"\n".join(corpus_lines(60, seed=2)) + b"\n")
+    size = path.stat().st_size
+    with InputFile(str(path)) as source:
+        parts = list(source.ranges(20_000, workers=jobs))
+    assert len(parts) > 4
+    os.truncate(path, size // 3)
+    with pytest.raises(FileError, match=r"shrinks\.jsonl: the file shrank while it was read: "
+                                        rf"it is now {size // 3:,} bytes, and bytes "):
+        list(process_lines(iter(parts), POLICY, jobs=jobs))
     assert no_workers_left()
