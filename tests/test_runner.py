@@ -421,3 +421,19 @@ def test_a_file_that_shrinks_during_a_run_is_a_file_error(tmp_path, jobs):
                                         rf"it is now {size // 3:,} bytes, and bytes "):
         list(process_lines(iter(parts), POLICY, jobs=jobs))
     assert no_workers_left()
+
+
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_a_file_replaced_during_a_run_is_a_file_error(tmp_path, jobs):
+    # Renamed over by another file of the same size: reading it in place of the input would
+    # give wrong lines, silently.
+    path = tmp_path / "replaced.jsonl"
+    path.write_bytes(b"\n".join(corpus_lines(30, seed=3)) + b"\n")
+    with InputFile(str(path)) as source:
+        parts = list(source.ranges(20_000, workers=jobs))
+    (tmp_path / "other.jsonl").write_bytes(path.read_bytes())
+    os.replace(tmp_path / "other.jsonl", path)
+    with pytest.raises(FileError, match=r"replaced\.jsonl: the file was replaced by another "
+                                        "while it was read"):
+        list(process_lines(iter(parts), POLICY, jobs=jobs))
+    assert no_workers_left()

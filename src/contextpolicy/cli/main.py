@@ -609,6 +609,9 @@ def main(argv: list[str] | None = None) -> int:
         _say(f"contextpolicy {args.command}: error: {exc}")
         code = exc.code
     except KeyboardInterrupt as exc:
+        # What is still buffered for standard output goes nowhere: it is incomplete anyway,
+        # and a reader that has stopped reading would keep the run from ending.
+        _silence_stdout()
         signum = getattr(exc, "signum", signal.SIGINT)
         how = "interrupted" if signum == signal.SIGINT else f"stopped by {signal_name(signum)}"
         outcome = getattr(exc, "outcome", "no output file was written")

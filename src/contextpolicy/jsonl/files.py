@@ -26,7 +26,8 @@ import orjson
 
 __all__ = [
     "AtomicOutput", "FileError", "FileRange", "InputFile", "batched_lines", "conflicting_files",
-    "dumps", "dumps_exactly", "loads_exactly", "read_file_range", "read_range",
+    "dumps", "dumps_exactly", "loads_exactly", "open_range_file", "read_file_range",
+    "read_range",
 ]
 
 GZIP_MAGIC = b"\x1f\x8b"
@@ -140,11 +141,28 @@ def dumps_exactly(value: Any) -> bytes:
 
 
 class FileRange(NamedTuple):
-    """Whole lines of a plain file: ``length`` bytes from ``offset``."""
+    """Whole lines of a plain file: ``length`` bytes from ``offset``; ``file`` is the file's
+    ``(device, inode)`` when the ranges were cut (``None``: not checked), so that whoever opens
+    ``path`` to read the range knows it is still that file."""
 
     path: str
     offset: int
     length: int
+    file: tuple[int, int] | None = None
+
+
+def open_range_file(task: FileRange) -> int:
+    """A descriptor of the file of ``task``, checked to be the file its ranges were cut from (a
+    file renamed over the input meanwhile would be read in place of it)."""
+    try:
+        fd = os.open(task.path, os.O_RDONLY | O_BINARY)
+    except OSError as exc:
+        raise FileError(f"{task.path}: cannot open ({exc.strerror or exc})") from None
+    st = os.fstat(fd)
+    if task.file is not None and (st.st_dev, st.st_ino) != task.file:
+        os.close(fd)
+        raise FileError(f"{task.path}: the file was replaced by another while it was read")
+    return fd
 
 
 def read_file_range(fileno: int, task: FileRange, buffer: bytearray) -> int:
@@ -262,6 +280,7 @@ class InputFile:
         self.path = path
         self.position = 0
         self.size: int | None = None
+        self._file: tuple[int, int] | None = None
         if path == "-":
             if sys.stdin is None:
                 raise FileError("<stdin>: standard input is closed")
@@ -276,8 +295,11 @@ class InputFile:
         if stat.S_ISDIR(mode):  # Windows opens some folders
             self._raw.close()
             raise FileError(f"{path}: is a folder; expected a JSONL file")
+        # A regular file named by a descriptor (/dev/stdin, /dev/fd/N) is read as a stream:
+        # a worker process that opened the name would find its own descriptor there.
+        regular = stat.S_ISREG(mode) and _descriptor(path) is None
         try:
-            if stat.S_ISREG(mode):
+            if regular:
                 head = self._raw.peek(2)[:2]  # type: ignore[attr-defined]
                 source: Any = self._raw
             else:
@@ -296,8 +318,10 @@ class InputFile:
             )
         else:
             self._stream = source
-            if stat.S_ISREG(mode):
-                self.size = os.fstat(self._raw.fileno()).st_size
+            if regular:
+                st = os.fstat(self._raw.fileno())
+                self.size = st.st_size
+                self._file = (st.st_dev, st.st_ino)
 
     def _head(self) -> bytes:
         """The first two bytes of a stream (fewer at its end), however a pipe hands them over."""
@@ -389,7 +413,7 @@ class InputFile:
             if workers > 1:
                 length = max(min(length, (size - start) // (2 * workers)), MIN_RANGE)
             stop = self._line_end(min(start + length, size) - 1, size)
-            yield FileRange(self.path, start, stop - start)
+            yield FileRange(self.path, start, stop - start, self._file)
             self.position = stop
             start = stop
 

@@ -38,6 +38,7 @@ from .files import (
     FileError,
     FileRange,
     dumps,
+    open_range_file,
     read_file_range,
     read_range,
     reread_exactly,
@@ -396,10 +397,7 @@ class _Worker:
             return 0, self._checked_lines(batch, exact, between)
         fd = self._files.get(batch.path)
         if fd is None:
-            try:
-                fd = self._files[batch.path] = os.open(batch.path, os.O_RDONLY | O_BINARY)
-            except OSError as exc:
-                raise FileError(f"{batch.path}: cannot open ({exc.strerror or exc})") from None
+            fd = self._files[batch.path] = open_range_file(batch)
         # Only this range is held, and only while its lines are parsed, in one buffer that the
         # ranges share: however long the file, what is held never adds up. It is read, not
         # mapped: a file truncated meanwhile is a short read, and an error that says so, where a
