@@ -240,6 +240,16 @@ def test_dev_stdin_on_a_regular_file_is_read_as_a_stream(workdir, jobs):
 # 3. outputs that are not regular files are written through; a symbolic link is kept
 
 
+def own_null_device(workdir: Path) -> object:
+    """A null device of this test's own where it may make one (as root), so that a regression
+    can never replace the system's /dev/null; else /dev/null itself."""
+    try:
+        os.mknod(workdir / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
+    except (PermissionError, AttributeError):
+        return "/dev/null"
+    return workdir / "null"
+
+
 def reduce_to(workdir: Path, target, *more: str, jobs: str = "1", **kw):
     return run("reduce", "in.jsonl", "--policy", "policy.json", "-o", target, "-q",
                "--jobs", jobs, *more, cwd=workdir, **kw)
@@ -249,12 +259,7 @@ def reduce_to(workdir: Path, target, *more: str, jobs: str = "1", **kw):
 @pytest.mark.parametrize("jobs", JOBS)
 def test_a_character_device_stays_a_device(workdir, jobs):
     write_corpus(workdir / "in.jsonl", 10)
-    targets: list[object] = ["/dev/null"]
-    try:  # a null device of this test's own (where it may make one: as root)
-        os.mknod(workdir / "null", stat.S_IFCHR | 0o666, os.makedev(1, 3))
-        targets.insert(0, workdir / "null")
-    except PermissionError:
-        pass
+    targets: list[object] = [own_null_device(workdir)]
     for target in targets:
         result = reduce_to(workdir, target, "--report", workdir / "r.json", jobs=jobs)
         assert result.returncode == 0, result.stderr
@@ -536,9 +541,11 @@ def test_an_output_that_is_a_file_the_run_reads_is_refused(workdir, args, messag
 
 def test_the_null_device_takes_both_outputs(workdir):
     write_corpus(workdir / "in.jsonl", 4)
-    result = run("reduce", "in.jsonl", "--policy", "policy.json", "-q", "-o", "/dev/null",
-                 "--report", "/dev/null", cwd=workdir)
+    null = own_null_device(workdir)
+    result = run("reduce", "in.jsonl", "--policy", "policy.json", "-q", "-o", null,
+                 "--report", null, cwd=workdir)
     assert result.returncode == 0, result.stderr
+    assert stat.S_ISCHR(os.stat(null).st_mode)
 
 
 # ---------------------------------------------------------------------------------------------
