@@ -10,7 +10,7 @@ The public names load on first use, so that ``import contextpolicy.cli`` (and so
 
 from __future__ import annotations
 
-import importlib
+from ._lazy import lazy_exports
 
 # typing.TYPE_CHECKING without importing typing, which ``contextpolicy --help`` never needs.
 TYPE_CHECKING = False
@@ -92,22 +92,10 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'contextpolicy' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_EXPORTS})
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)
 
 
 if TYPE_CHECKING:
-    from typing import Any
-
     from ._kernel import kernel_info
     from .accounting import TokenCounter
     from .core import (

@@ -225,8 +225,11 @@ class _Run:
         implementations: Mapping[str, Implementation] | None,
         is_async: bool,
         sink: Callable[[ContextEvent], None] | None,
+        on_event: Any = None,
     ) -> None:
-        _check_arguments(handlers, cancel, on_step_error, implementations)
+        # on_event: the caller's listener, checked here with the other arguments (the sink may
+        # be a queue in front of it).
+        _check_arguments(handlers, cancel, on_step_error, implementations, on_event)
         self.plan = as_plan(plan)
         self.counter: TokenCounter | None = as_counter(counter)
         self.handlers = dict(handlers or {})
@@ -608,11 +611,10 @@ def process_context(
     (audit violations, with the report), :class:`ContextCancelledError`,
     :class:`ContextStepError` (``on_step_error="raise"``) or :class:`ContextContractError`.
     """
-    _check_arguments(handlers, cancel, on_step_error, implementations, on_event)
     run = _Run(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
         on_step_error=on_step_error, implementations=implementations, is_async=False,
-        sink=on_event,
+        sink=on_event, on_event=on_event,
     )
     gen = run.steps()
     reply: Any = None
@@ -648,6 +650,15 @@ async def astream_context(
         on_step_error=on_step_error, implementations=implementations, is_async=True,
         sink=queue.append,
     )
+    async for item in _drive_async(run, queue):
+        yield item
+
+
+async def _drive_async(
+    run: _Run, queue: list[ContextEvent]
+) -> AsyncIterator[ContextEvent | ContextResult]:
+    """Step a run in async code: the events its sink put in ``queue`` as they happen, then the
+    result; handlers and awaitables are awaited."""
     gen = run.steps()
     reply: Any = None
     while True:
@@ -683,12 +694,14 @@ async def aprocess_context(
     implementations: Mapping[str, Implementation] | None = None,
 ) -> ContextResult:
     """:func:`process_context` for async code: handlers may be coroutine functions."""
-    _check_arguments(handlers, cancel, on_step_error, implementations, on_event)
-    result: ContextResult | None = None
-    async for item in astream_context(
+    queue: list[ContextEvent] = []
+    run = _Run(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
-        on_step_error=on_step_error, implementations=implementations,
-    ):
+        on_step_error=on_step_error, implementations=implementations, is_async=True,
+        sink=queue.append, on_event=on_event,
+    )
+    result: ContextResult | None = None
+    async for item in _drive_async(run, queue):
         if isinstance(item, ContextEvent):
             if on_event is not None:
                 on_event(item)

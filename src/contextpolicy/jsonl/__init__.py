@@ -9,8 +9,7 @@ The names load on first use: ``files`` alone costs neither numpy nor the kernel.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from .._lazy import lazy_exports
 
 _EXPORTS = {
     **dict.fromkeys(("AtomicOutput", "FileError", "FileRange", "InputFile", "batched_lines"),
@@ -22,14 +21,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted([*globals(), *_EXPORTS])
+__getattr__, __dir__ = lazy_exports(__name__, globals(), _EXPORTS)

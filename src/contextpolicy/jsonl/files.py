@@ -333,14 +333,6 @@ class InputFile:
             head += more
         return head
 
-    @property
-    def compressed_position(self) -> int | None:
-        """Bytes of the file itself consumed so far (for progress on gzip input)."""
-        try:
-            return self._raw.tell()
-        except (OSError, ValueError):
-            return None
-
     def _read(self, read: Any) -> bytes:
         try:
             return cast(bytes, read(READ_BLOCK))
