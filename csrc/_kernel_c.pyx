@@ -15,7 +15,8 @@ from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_FromObject
 from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
-from libc.string cimport memset
+from libc.stdlib cimport free, malloc
+from libc.string cimport memcpy, memset
 
 import json
 
@@ -506,25 +507,22 @@ cdef object _changed(object fragment_id):
     )
 
 
-def measure_messages(messages, fragment_id=None):
-    """One pass over ``messages``: (role codes, chars, flags, opaque parts), one entry each."""
+cdef int _check_list(object messages, object fragment_id) except -1:
     if not PyList_Check(messages):
         raise ContextPlanError(
             f"expected a list of messages, got {type(messages).__name__}",
             path=f"fragments[{fragment_id}].messages" if fragment_id is not None else "messages",
             code="invalid-messages",
         )
-    cdef Py_ssize_t i, n = PyList_GET_SIZE(messages)
-    roles_a = np.empty(n, dtype=np.int8)
-    chars_a = np.empty(n, dtype=np.int64)
-    flags_a = np.empty(n, dtype=np.uint8)
-    opaque_a = np.empty(n, dtype=np.int32)
-    cdef int8_t[::1] roles = roles_a
-    cdef int64_t[::1] chars = chars_a
-    cdef uint8_t[::1] flags = flags_a
-    cdef int32_t[::1] opaque = opaque_a
+    return 0
+
+
+cdef int _fill(object messages, object fragment_id, Py_ssize_t n, int8_t* roles,
+               int64_t* chars, uint8_t* flags, int32_t* opaque) except -1:
+    # The one measuring pass, into arrays of n entries each.
     cdef _Acc acc = _Acc()
     cdef int8_t code = 0
+    cdef Py_ssize_t i
     cdef object message
     for i in range(n):
         # The list is read again at each message: Python code a message runs may change it.
@@ -539,7 +537,428 @@ def measure_messages(messages, fragment_id=None):
         opaque[i] = acc.opaque
     if PyList_GET_SIZE(messages) != n:
         raise _changed(fragment_id)
+    return 0
+
+
+def measure_messages(messages, fragment_id=None):
+    """One pass over ``messages``: (role codes, chars, flags, opaque parts), one entry each."""
+    _check_list(messages, fragment_id)
+    cdef Py_ssize_t n = PyList_GET_SIZE(messages)
+    roles_a = np.empty(n, dtype=np.int8)
+    chars_a = np.empty(n, dtype=np.int64)
+    flags_a = np.empty(n, dtype=np.uint8)
+    opaque_a = np.empty(n, dtype=np.int32)
+    cdef int8_t[::1] roles = roles_a
+    cdef int64_t[::1] chars = chars_a
+    cdef uint8_t[::1] flags = flags_a
+    cdef int32_t[::1] opaque = opaque_a
+    if n:
+        _fill(messages, fragment_id, n, &roles[0], &chars[0], &flags[0], &opaque[0])
+    elif PyList_GET_SIZE(messages) != 0:
+        raise _changed(fragment_id)
     return roles_a, chars_a, flags_a, opaque_a
+
+
+@cython.final
+cdef class Measure:
+    """A message list measured in one pass (see the twin): totals, and per message its role,
+    chars, flags and opaque parts in C arrays, which ``cut``, ``tail`` and ``pairing`` use
+    without numpy; ``arrays()`` copies them into numpy arrays."""
+
+    cdef readonly int64_t chars
+    cdef readonly Py_ssize_t messages
+    cdef readonly int64_t opaque_parts
+    cdef readonly bint tool_traffic
+    cdef int64_t* _chars
+    cdef int32_t* _opaque
+    cdef int8_t* _roles
+    cdef uint8_t* _flags
+
+    def __cinit__(self):
+        self._chars = NULL
+
+    def __dealloc__(self):
+        free(self._chars)
+
+    def __init__(self):
+        raise TypeError("Measure objects come from measure()")
+
+    cdef int _alloc(self, Py_ssize_t n) except -1:
+        # One block: chars (8-byte aligned), opaque, roles, flags.
+        self._chars = <int64_t*>malloc(n * 14 + 1)
+        if self._chars == NULL:
+            raise MemoryError()
+        self._opaque = <int32_t*>(self._chars + n)
+        self._roles = <int8_t*>(self._opaque + n)
+        self._flags = <uint8_t*>(self._roles + n)
+        self.messages = n
+        return 0
+
+    cdef void _totals(self) noexcept:
+        cdef Py_ssize_t i
+        cdef int64_t chars = 0, opaque = 0
+        cdef uint8_t any_flags = 0
+        for i in range(self.messages):
+            chars += self._chars[i]
+            opaque += self._opaque[i]
+            any_flags |= self._flags[i]
+        self.chars = chars
+        self.opaque_parts = opaque
+        self.tool_traffic = (any_flags & (F_CALLS | F_RESULT)) != 0
+
+    def arrays(self):
+        """(role codes, chars, flags, opaque parts) as numpy arrays (copies)."""
+        cdef Py_ssize_t n = self.messages
+        roles_a = np.empty(n, dtype=np.int8)
+        chars_a = np.empty(n, dtype=np.int64)
+        flags_a = np.empty(n, dtype=np.uint8)
+        opaque_a = np.empty(n, dtype=np.int32)
+        cdef int8_t[::1] roles = roles_a
+        cdef int64_t[::1] chars = chars_a
+        cdef uint8_t[::1] flags = flags_a
+        cdef int32_t[::1] opaque = opaque_a
+        if n:
+            memcpy(&roles[0], self._roles, n)
+            memcpy(&chars[0], self._chars, n * 8)
+            memcpy(&flags[0], self._flags, n)
+            memcpy(&opaque[0], self._opaque, n * 4)
+        return roles_a, chars_a, flags_a, opaque_a
+
+    def tail(self, Py_ssize_t start):
+        """The measure of ``messages[start:]``."""
+        return self._tail(start)
+
+    cdef Measure _tail(self, Py_ssize_t start):
+        if start < 0 or start > self.messages:
+            raise ValueError(f"start {start} is outside 0..{self.messages}")
+        cdef Py_ssize_t n = self.messages - start
+        cdef Measure out = Measure.__new__(Measure)
+        out._alloc(n)
+        if n:
+            memcpy(out._chars, self._chars + start, n * 8)
+            memcpy(out._opaque, self._opaque + start, n * 4)
+            memcpy(out._roles, self._roles + start, n)
+            memcpy(out._flags, self._flags + start, n)
+        out._totals()
+        return out
+
+    cdef Py_ssize_t _groups(self, int grouping, int64_t* offsets, int64_t* group_chars) except -1:
+        # Group starts (and, when given, chars per group); returns the number of groups.
+        cdef uint8_t mask
+        cdef bint invert
+        cdef Py_ssize_t i, g = -1
+        if grouping == GROUP_USER_TURN:
+            mask, invert = F_OPENS, False
+        elif grouping == GROUP_MESSAGE:
+            mask, invert = F_RESULT, True
+        else:
+            raise ValueError(f"unknown grouping code {grouping}")
+        for i in range(self.messages):
+            if i == 0 or (((self._flags[i] & mask) != 0) != invert):
+                g += 1
+                if offsets != NULL:
+                    offsets[g] = i
+                    group_chars[g] = 0
+            if offsets != NULL:
+                group_chars[g] += self._chars[i]
+        if offsets != NULL:
+            offsets[g + 1] = self.messages
+        return g + 1
+
+    def groups(self, int grouping):
+        """How many groups the messages form."""
+        return self._groups(grouping, NULL, NULL)
+
+    def pairing(self, messages, Py_ssize_t start=0):
+        """:func:`tool_pairing` of ``messages[start:]`` with these flags from ``start`` on
+        (indices relative to ``start``)."""
+        if not PyList_Check(messages):
+            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        if start < 0 or start > self.messages:
+            raise ValueError(f"start {start} is outside 0..{self.messages}")
+        return _pairing(messages, self._flags + start, start, self.messages - start)
+
+    def cut(self, messages, int grouping, int64_t keep_groups, target_chars):
+        """Where a trim (``target_chars``) or a compress split (``target_chars=None``: keep the
+        newest ``keep_groups`` groups) cuts these messages: ``(first kept group, first kept
+        message, groups)``. The cut moves back, keeping more whole groups, until no kept tool
+        result has lost its call (see the twin)."""
+        if not PyList_Check(messages):
+            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        if keep_groups < 0:
+            raise ValueError("keep_groups must be >= 0")
+        cdef int64_t target = -1
+        if target_chars is not None:
+            target = target_chars
+            if target < 0:
+                raise ValueError("target_chars must be >= 0")
+        cdef Py_ssize_t first = 0, cut = 0, ngroups = 0
+        self._cut_into(messages, grouping, keep_groups, target, &first, &cut, &ngroups)
+        return first, cut, ngroups
+
+    cdef int _cut_into(self, object messages, int grouping, int64_t keep_groups, int64_t target,
+                       Py_ssize_t* first_out, Py_ssize_t* cut_out,
+                       Py_ssize_t* groups_out) except -1:
+        # target < 0: keep exactly the newest keep_groups groups.
+        cdef Py_ssize_t ngroups = self._groups(grouping, NULL, NULL)
+        cdef int64_t small[64]
+        cdef int64_t* offsets = small
+        cdef Py_ssize_t first
+        groups_out[0] = ngroups
+        if ngroups == 0:
+            first_out[0] = cut_out[0] = 0
+            return 0
+        if 2 * ngroups + 1 > 64:
+            offsets = <int64_t*>malloc((2 * ngroups + 1) * 8)
+            if offsets == NULL:
+                raise MemoryError()
+        cdef int64_t* group_chars = offsets + ngroups + 1
+        try:
+            self._groups(grouping, offsets, group_chars)
+            if target >= 0:
+                first = _cut(group_chars, ngroups, keep_groups, target)
+            else:
+                first = ngroups - (keep_groups if keep_groups < ngroups else ngroups)
+            first = self._paired(messages, offsets, ngroups, first)
+            first_out[0] = first
+            cut_out[0] = offsets[first]
+        finally:
+            if offsets != small:
+                free(offsets)
+        return 0
+
+    cdef Py_ssize_t _paired(self, object messages, const int64_t* offsets, Py_ssize_t ngroups,
+                            Py_ssize_t first) except -1:
+        cdef Py_ssize_t cut, i, earliest, lo, hi, mid
+        cdef set missing
+        cdef list found
+        while first > 0:
+            cut = offsets[first]
+            missing = set()
+            for _, code, cid in _pairing(messages, self._flags + cut, cut, self.messages - cut):
+                if code == "orphan-tool-result" and cid is not None:
+                    missing.add(cid)
+            if not missing:
+                return first
+            earliest = cut
+            i = cut - 1
+            while i >= 0 and missing:
+                if self._flags[i] & F_CALLS:
+                    if i >= PyList_GET_SIZE(messages):
+                        raise ValueError("the message list changed while its pairing was checked")
+                    found = [c for c in _call_ids(<object>PyList_GET_ITEM(messages, i))
+                             if c in missing]
+                    if found:
+                        earliest = i
+                        missing.difference_update(found)
+                i -= 1
+            if earliest == cut:  # results whose calls never were in the plan: nothing to keep
+                return first
+            # The group holding message `earliest`: the last offset <= earliest.
+            lo, hi = 0, ngroups
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if offsets[mid] <= earliest:
+                    lo = mid
+                else:
+                    hi = mid
+            first = lo
+        return first
+
+
+def measure(messages, fragment_id=None):
+    """Measure ``messages`` in one pass into a :class:`Measure` (see the twin)."""
+    return _measure(messages, fragment_id)
+
+
+cdef Measure _measure(object messages, object fragment_id):
+    _check_list(messages, fragment_id)
+    cdef Py_ssize_t n = PyList_GET_SIZE(messages)
+    cdef Measure out = Measure.__new__(Measure)
+    out._alloc(n)
+    if n:
+        _fill(messages, fragment_id, n, out._roles, out._chars, out._flags, out._opaque)
+    elif PyList_GET_SIZE(messages) != 0:
+        raise _changed(fragment_id)
+    out._totals()
+    return out
+
+
+def reduce_plan(fragments, tuple steps, int64_t trigger_chars, int64_t watermark_chars,
+                fragment_type=None):
+    """The default validate, or a reduce of trims by chars, of a whole plan (see the twin).
+    With ``fragment_type``, ``None`` when a fragment is not exactly of that type."""
+    if not PyList_Check(fragments):
+        raise TypeError(f"expected a list of fragments, got {type(fragments).__name__}")
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(fragments)
+    cdef list ids = [], lists = [], texts = []
+    cdef object f, fid, messages, text, d
+    if fragment_type is not None:
+        for i in range(n):
+            if type(<object>PyList_GET_ITEM(fragments, i)) is not fragment_type:
+                return None
+    for i in range(n):
+        if i >= PyList_GET_SIZE(fragments):
+            raise ValueError("the fragment list changed while it was read")
+        f = <object>PyList_GET_ITEM(fragments, i)
+        if fragment_type is not None:
+            d = f.__dict__
+            fid, messages, text = d["id"], d["messages"], d["text"]
+        else:
+            fid, messages, text = f.id, f.messages, f.text
+        ids.append(fid)
+        lists.append(messages)
+        texts.append((f.assembled_role, text) if messages is None else None)
+    return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
+
+
+cdef object _role_at(object messages, Py_ssize_t i):
+    cdef object m = <object>PyList_GET_ITEM(messages, i)
+    cdef PyObject* slots[CP_KEY_COUNT]
+    if not PyDict_Check(m):
+        raise ContextPlanError.for_message(
+            i, f"expected a message object (dict), got {_type_name(m)}")
+    _scan(m, slots)
+    if slots[CP_KEY_ROLE] == NULL or not PyUnicode_Check(<object>slots[CP_KEY_ROLE]):
+        raise ContextPlanError.for_message(
+            i, "expected a string role", field="role", code="invalid-role")
+    return <object>slots[CP_KEY_ROLE]
+
+
+cdef bint _carries_tool_results(object message):
+    cdef PyObject* slots[CP_KEY_COUNT]
+    _scan(message, slots)
+    if slots[CP_KEY_CONTENT] == NULL:
+        return False
+    return len(_typed_parts(<object>slots[CP_KEY_CONTENT], CP_PART_TOOL_RESULT)) > 0
+
+
+def split_transcript(messages):
+    """Where ``ContextPlan.from_messages`` splits a transcript (see the twin)."""
+    if not PyList_Check(messages):
+        raise ContextPlanError(
+            f"expected a list of messages, got {type(messages).__name__}",
+            path="messages", code="invalid-messages",
+        )
+    cdef Py_ssize_t head = 0, tail, n = PyList_GET_SIZE(messages)
+    cdef int code
+    while head < PyList_GET_SIZE(messages):
+        code = _role_code(_role_at(messages, head))
+        if code != CP_ROLE_SYSTEM and code != CP_ROLE_DEVELOPER:
+            break
+        head += 1
+    n = PyList_GET_SIZE(messages)
+    tail = n
+    if tail > head and _role_code(_role_at(messages, tail - 1)) == R_USER and not (
+        _carries_tool_results(<object>PyList_GET_ITEM(messages, tail - 1))
+    ):
+        tail -= 1
+    return head, tail
+
+
+def reduce_transcript(messages, tuple steps, int64_t trigger_chars, int64_t watermark_chars,
+                      bint with_history=False):
+    """:func:`reduce_plan` of ``ContextPlan.from_messages(messages)`` (see the twin)."""
+    head, tail = split_transcript(messages)
+    cdef Py_ssize_t n = PyList_GET_SIZE(messages)
+    cdef list ids = [], lists = []
+    if head:
+        ids.append("system")
+        lists.append(messages[:head] if PyList_CheckExact(messages)
+                     else list.__getitem__(messages, slice(None, head)))
+    if tail > head or with_history:
+        ids.append("history")
+        lists.append(messages[head:tail] if PyList_CheckExact(messages)
+                     else list.__getitem__(messages, slice(head, tail)))
+    if tail < n:
+        ids.append("question")
+        lists.append(messages[tail:] if PyList_CheckExact(messages)
+                     else list.__getitem__(messages, slice(tail, None)))
+    return _reduce(ids, lists, [None] * len(ids), steps, trigger_chars, watermark_chars)
+
+
+cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigger_chars,
+                   int64_t watermark_chars):
+    cdef Py_ssize_t i, n = len(ids)
+    cdef list measures = []
+    cdef list before = [], after, kept, done = [], warnings = [], assembled = []
+    cdef Measure m, tail
+    cdef int64_t chars = 0, target, keep_groups, length
+    cdef int grouping
+    cdef bint fired
+    cdef Py_ssize_t first = 0, cut = 0, ngroups = 0
+    cdef object fid, messages, text, step
+    for i in range(n):
+        messages = lists[i]
+        if messages is None:
+            text = texts[i][1]
+            if not PyUnicode_Check(text):
+                raise TypeError(f"fragment {ids[i]!r}: expected a str text")
+            length = PyUnicode_GET_LENGTH(text)
+            measures.append(None)
+            before.append((length, 1, 0))
+            chars += length
+        else:
+            m = _measure(messages, ids[i])
+            measures.append(m)
+            before.append((m.chars, m.messages, m.opaque_parts))
+            chars += m.chars
+    fired = trigger_chars >= 0 and chars > trigger_chars
+    kept = [None] * n
+    for step in steps:
+        fid, grouping, keep_groups, target = step
+        if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
+            done.append(("skipped", "not-triggered" if not fired else "target-reached",
+                         None, None, None, None, 0))
+            continue
+        i = ids.index(fid)
+        m = <Measure>measures[i]
+        messages = lists[i]
+        if not PyList_Check(messages):
+            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        m._cut_into(messages, grouping, keep_groups, target, &first, &cut, &ngroups)
+        if cut == 0:
+            done.append(("unchanged", "within-target" if m.chars <= target
+                         else "keep-groups-floor", m.chars, m.chars, ngroups, ngroups, 0))
+            continue
+        tail = m._tail(cut)
+        messages = messages[cut:] if PyList_CheckExact(messages) else list.__getitem__(
+            messages, slice(cut, None))
+        lists[i] = messages
+        kept[i] = messages
+        measures[i] = tail
+        done.append(("applied", "trimmed" if tail.chars <= target else "keep-groups-floor",
+                     m.chars, tail.chars, ngroups, ngroups - first, cut))
+        chars += tail.chars - m.chars
+    after = before if not steps else []
+    cdef int64_t b_chars = 0, b_messages = 0, b_opaque = 0
+    cdef int64_t a_chars = 0, a_messages = 0, a_opaque = 0
+    for i in range(n):
+        figures = before[i]
+        b_chars += <int64_t>figures[0]
+        b_messages += <int64_t>figures[1]
+        b_opaque += <int64_t>figures[2]
+        if measures[i] is None:
+            if steps:
+                after.append(figures)
+            a_chars += <int64_t>figures[0]
+            a_messages += 1
+            role, text = texts[i]
+            assembled.append({"role": role, "content": text})
+            continue
+        m = <Measure>measures[i]
+        a_chars += m.chars
+        a_messages += m.messages
+        a_opaque += m.opaque_parts
+        if steps:
+            after.append((m.chars, m.messages, m.opaque_parts))
+        messages = lists[i]
+        if m.tool_traffic:
+            for index, code, cid in _pairing(messages, m._flags, 0, m.messages):
+                warnings.append((i, index, code, cid))
+        assembled.extend(messages if PyList_CheckExact(messages) else list.copy(messages))
+    return (fired, before, after, kept, done, warnings, assembled, ids,
+            (b_chars, b_messages, b_opaque, a_chars, a_messages, a_opaque))
 
 
 def message_text_pieces(message, Py_ssize_t index=0, fragment_id=None):
@@ -684,28 +1103,25 @@ cdef list _result_ids(object message):
     return ids
 
 
-def tool_pairing(messages, flags_in):
-    """Tool results without an earlier call and calls without a later result (see the twin)."""
-    if not PyList_Check(messages):
-        raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
-    cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
-    cdef Py_ssize_t i, n = flags.shape[0]
+cdef list _pairing(object messages, const uint8_t* flags, Py_ssize_t start, Py_ssize_t n):
+    # Pairing of messages[start:start + n] with their flags; indices relative to start.
+    cdef Py_ssize_t i
     cdef uint8_t f
     cdef dict pending = {}
     cdef set called = set()
     cdef list found = []
     cdef object message, cid
-    if n > PyList_GET_SIZE(messages):
+    if start + n > PyList_GET_SIZE(messages):
         raise ValueError(
-            f"flags and messages differ in length ({n} != {PyList_GET_SIZE(messages)})"
+            f"flags and messages differ in length ({start + n} != {PyList_GET_SIZE(messages)})"
         )
     for i in range(n):
         f = flags[i]
         if not (f & (F_CALLS | F_RESULT)):
             continue
-        if i >= PyList_GET_SIZE(messages):
+        if start + i >= PyList_GET_SIZE(messages):
             raise ValueError("the message list changed while its pairing was checked")
-        message = <object>PyList_GET_ITEM(messages, i)
+        message = <object>PyList_GET_ITEM(messages, start + i)
         if not PyDict_Check(message):
             raise TypeError(f"message {i} is not a dict: flags do not belong to these messages")
         if f & F_RESULT:
@@ -723,6 +1139,17 @@ def tool_pairing(messages, flags_in):
         found.append((i, "unanswered-tool-call", cid))
     found.sort(key=_first)
     return found
+
+
+def tool_pairing(messages, flags_in):
+    """Tool results without an earlier call and calls without a later result (see the twin)."""
+    if not PyList_Check(messages):
+        raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+    cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
+    cdef Py_ssize_t n = flags.shape[0]
+    if n == 0:
+        return []
+    return _pairing(messages, &flags[0], 0, n)
 
 
 def _first(item):

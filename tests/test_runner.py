@@ -122,7 +122,7 @@ def test_shared_ranges_give_exactly_the_results_of_one_process(corpus, jobs):
     assert "invalid JSON" in errors[0][1] and "the object has keys: id, turns" in errors[1][1]
     assert len(expected) == 40  # 41 lines, one of them blank
     assert any(json.loads(out).get("fragments") for _, out, *_ in expected if out)
-    assert sum(figures["triggered"] for _, _, _, figures, _, _ in expected if figures) > 0
+    assert sum(figures[0] for _, _, _, figures, _, _ in expected if figures) > 0
     assert no_workers_left()
 
 

@@ -33,6 +33,7 @@ _EXPORTS: dict[str, str] = {
         ".errors",
     ),
     **dict.fromkeys(("PROTECTED_KINDS", "REDUCIBLE_KINDS", "ContextPlan", "Fragment"), ".plan"),
+    **dict.fromkeys(("PreparedPolicy", "prepare_policy"), ".prepared"),
     **dict.fromkeys(
         ("AuditPolicy", "CompressStep", "ContextPolicy", "Grouping", "ReducePolicy", "Selection",
          "TrimStep", "ValidatePolicy", "validate_context_policy"),
@@ -73,6 +74,7 @@ __all__ = [
     "PlanWarning",
     "PolicyContext",
     "PolicyOutcome",
+    "PreparedPolicy",
     "REDUCIBLE_KINDS",
     "ReducePolicy",
     "Selection",
@@ -87,6 +89,7 @@ __all__ = [
     "check_input_budget",
     "enforce_contract",
     "kernel_info",
+    "prepare_policy",
     "process_context",
     "validate_context_policy",
 ]
@@ -129,6 +132,7 @@ if TYPE_CHECKING:
         ValidatePolicy,
         validate_context_policy,
     )
+    from .prepared import PreparedPolicy, prepare_policy
     from .report import (
         AuditChange,
         AuditReport,

@@ -30,9 +30,14 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     GROUP_USER_TURN = _impl.GROUP_USER_TURN
     IMPLEMENTATION = _impl.IMPLEMENTATION
     TABLES = _impl.TABLES
+    Measure = _impl.Measure
     group_offsets = _impl.group_offsets
+    measure = _impl.measure
     measure_messages = _impl.measure_messages
     message_text_pieces = _impl.message_text_pieces
+    reduce_plan = _impl.reduce_plan
+    reduce_transcript = _impl.reduce_transcript
+    split_transcript = _impl.split_transcript
     role_codes_utf8 = _impl.role_codes_utf8
     tool_pairing = _impl.tool_pairing
     trim_cut = _impl.trim_cut

@@ -25,6 +25,7 @@ from ._tables import (
     FLAG_TOOL_RESULT,
     GROUP_MESSAGE,
     GROUP_USER_TURN,
+    INSTRUCTION_ROLE_CODES,
     MAX_NESTING,
     PART_CODES,
     PART_OTHER,
@@ -45,10 +46,15 @@ __all__ = [
     "GROUP_USER_TURN",
     "IMPLEMENTATION",
     "TABLES",
+    "Measure",
     "group_offsets",
+    "measure",
     "measure_messages",
     "message_text_pieces",
+    "reduce_plan",
+    "reduce_transcript",
     "role_codes_utf8",
+    "split_transcript",
     "tool_pairing",
     "trim_cut",
     "trim_cut_many",
@@ -373,6 +379,288 @@ def tool_pairing(
     found += [(i, "unanswered-tool-call", cid) for cid, i in pending.items()]
     found.sort(key=lambda item: item[0])
     return found
+
+
+class Measure:
+    """A message list measured in one pass: ``chars``, ``messages``, ``opaque_parts`` and
+    ``tool_traffic`` (some message calls a tool or carries a result), and per message its role,
+    chars, flags and opaque parts, which :meth:`cut`, :meth:`tail` and :meth:`pairing` use.
+    The compiled kernel keeps them in C arrays, so a short conversation costs no numpy."""
+
+    __slots__ = ("_arrays", "chars", "messages", "opaque_parts", "tool_traffic")
+    _arrays: tuple[Any, Any, Any, Any]
+    chars: int
+    messages: int
+    opaque_parts: int
+    tool_traffic: bool
+
+    def __init__(self) -> None:
+        raise TypeError("Measure objects come from measure()")
+
+    @classmethod
+    def _of(cls, arrays: tuple[Any, Any, Any, Any]) -> Measure:
+        self = object.__new__(cls)
+        self._arrays = arrays
+        _roles, chars, flags, opaque = arrays
+        self.chars = int(chars.sum())
+        self.messages = len(chars)
+        self.opaque_parts = int(opaque.sum())
+        self.tool_traffic = bool(np.any(flags & (FLAG_TOOL_CALLS | FLAG_TOOL_RESULT)))
+        return self
+
+    def arrays(self) -> tuple[npt.NDArray[np.int8], Int64Array, npt.NDArray[np.uint8],
+                              npt.NDArray[np.int32]]:
+        """(role codes, chars, flags, opaque parts) as numpy arrays (copies)."""
+        return tuple(a.copy() for a in self._arrays)  # type: ignore[return-value]
+
+    def tail(self, start: int) -> Measure:
+        """The measure of ``messages[start:]``."""
+        if start < 0 or start > self.messages:
+            raise ValueError(f"start {start} is outside 0..{self.messages}")
+        return Measure._of(tuple(a[start:] for a in self._arrays))  # type: ignore[arg-type]
+
+    def groups(self, grouping: int) -> int:
+        """How many groups the messages form."""
+        _roles, chars, flags, _opaque = self._arrays
+        return len(group_offsets(flags, chars, grouping)[1])
+
+    def pairing(self, messages: list[Any], start: int = 0) -> list[tuple[int, str, str | None]]:
+        """:func:`tool_pairing` of ``messages[start:]`` with these flags from ``start`` on
+        (indices relative to ``start``)."""
+        if not isinstance(messages, list):
+            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        if start < 0 or start > self.messages:
+            raise ValueError(f"start {start} is outside 0..{self.messages}")
+        flags = self._arrays[2]
+        if len(flags) > list.__len__(messages):
+            raise ValueError(
+                f"flags and messages differ in length ({len(flags)} != "
+                f"{list.__len__(messages)})"
+            )
+        return tool_pairing(list.__getitem__(messages, slice(start, None)), flags[start:])
+
+    def cut(
+        self, messages: list[Any], grouping: int, keep_groups: int, target_chars: int | None
+    ) -> tuple[int, int, int]:
+        """Where a trim (``target_chars``) or a compress split (``target_chars=None``: keep the
+        newest ``keep_groups`` groups) cuts these messages: ``(first kept group, first kept
+        message, groups)``.
+
+        The cut then moves back, keeping more whole groups, until no kept tool result has lost
+        its call to it. Well-formed histories never need that: a call and its results share a
+        user turn, and message grouping keeps results with the message before them. It guards
+        against results that come later (after another message or turn): a cut never orphans a
+        tool result.
+        """
+        if not isinstance(messages, list):
+            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        if keep_groups < 0:
+            raise ValueError("keep_groups must be >= 0")
+        if target_chars is not None and target_chars < 0:
+            raise ValueError("target_chars must be >= 0")
+        _roles, chars, flags, _opaque = self._arrays
+        offsets, group_chars = group_offsets(flags, chars, grouping)
+        ngroups = len(group_chars)
+        if ngroups == 0:
+            return 0, 0, 0
+        if target_chars is not None:
+            first = trim_cut(group_chars, keep_groups, target_chars)
+        else:
+            first = ngroups - min(keep_groups, ngroups)
+        if len(flags) > list.__len__(messages):
+            raise ValueError(
+                f"flags and messages differ in length ({len(flags)} != "
+                f"{list.__len__(messages)})"
+            )
+        while first > 0:
+            cut = int(offsets[first])
+            kept = list.__getitem__(messages, slice(cut, None))
+            missing = {
+                cid for _, code, cid in tool_pairing(kept, flags[cut:])
+                if code == "orphan-tool-result" and cid is not None
+            }
+            if not missing:
+                break
+            earliest = cut
+            for i in np.flatnonzero(flags[:cut] & FLAG_TOOL_CALLS)[::-1].tolist():
+                found = missing.intersection(call_ids(list.__getitem__(messages, i)))
+                if found:
+                    earliest = i
+                    missing -= found
+                    if not missing:
+                        break
+            if earliest == cut:  # results whose calls never were in the plan: nothing to keep
+                break
+            first = int(np.searchsorted(offsets, earliest, side="right")) - 1
+        return first, int(offsets[first]), ngroups
+
+
+def measure(messages: list[Any], fragment_id: str | None = None) -> Measure:
+    """Measure ``messages`` in one pass into a :class:`Measure` (same checks and errors as
+    :func:`measure_messages`)."""
+    return Measure._of(measure_messages(messages, fragment_id))
+
+
+def reduce_plan(
+    fragments: list[Any], steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int,
+    watermark_chars: int, fragment_type: type | None = None,
+) -> tuple[Any, ...] | None:
+    """The default ``validate``, or a ``reduce`` whose steps are all trims by chars, of a whole
+    plan in one call: what the pipeline's measure, reduce, report and assemble compute for it.
+
+    ``fragments``: the plan's fragments (``id``, ``messages``, ``text`` and, for text,
+    ``assembled_role`` are read once each, in order); ``steps``: ``(fragment id, grouping,
+    keep_groups, target_chars)`` per trim; ``trigger_chars`` and ``watermark_chars``: the
+    policy's, ``-1`` for none. Returns ``(triggered, before, after, kept, steps, warnings,
+    input, ids, totals)``: ``(chars, messages, opaque_parts)`` per fragment before and after;
+    the new
+    message list of each fragment a trim changed (``None`` for the others); ``(status, reason,
+    chars_before, chars_after, groups_before, groups_after, messages_removed)`` per step;
+    ``(fragment index, message index, code, tool call id)`` per pairing warning of the result;
+    the assembled input; the fragment ids; the plan's chars, messages and opaque parts
+    before and after. With ``fragment_type``, ``None`` when a fragment is
+    not exactly of that type (fields are then read from the ``__dict__``, as validated).
+    """
+    if not isinstance(fragments, list):
+        raise TypeError(f"expected a list of fragments, got {type(fragments).__name__}")
+    if fragment_type is not None and any(type(f) is not fragment_type for f in fragments):
+        return None
+    ids: list[str] = []
+    lists: list[Any] = []
+    texts: list[Any] = []
+    for f in list.copy(fragments):
+        if fragment_type is not None:
+            d = f.__dict__
+            fid, messages, text = d["id"], d["messages"], d["text"]
+        else:
+            fid, messages, text = f.id, f.messages, f.text
+        ids.append(fid)
+        lists.append(messages)
+        texts.append((f.assembled_role, text) if messages is None else None)
+    return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
+
+
+def split_transcript(messages: list[Any]) -> tuple[int, int]:
+    """Where ``ContextPlan.from_messages`` splits a transcript: ``(head, tail)``, so that
+    ``messages[:head]`` are the leading ``system``/``developer`` messages, ``messages[tail:]``
+    the final ``user`` question (one that carries no tool results), the rest the history. Only
+    the messages read to decide are checked (each a dict with a string role)."""
+    if not isinstance(messages, list):
+        raise ContextPlanError(
+            f"expected a list of messages, got {type(messages).__name__}",
+            path="messages", code="invalid-messages",
+        )
+
+    def role(i: int) -> str:
+        m = list.__getitem__(messages, i)
+        if not isinstance(m, dict):
+            raise ContextPlanError.for_message(
+                i, f"expected a message object (dict), got {type(m).__name__}",
+            )
+        value = fields(m).get("role")  # keys by their text, as measuring reads them
+        if not isinstance(value, str):
+            raise ContextPlanError.for_message(
+                i, "expected a string role", field="role", code="invalid-role",
+            )
+        return exact_str(value)
+
+    n = list.__len__(messages)
+    head = 0
+    while head < n and ROLE_CODES.get(role(head)) in INSTRUCTION_ROLE_CODES:
+        head += 1
+    tail = n
+    if tail > head and role(tail - 1) == "user" and not _carries_tool_results(
+        list.__getitem__(messages, tail - 1)
+    ):
+        tail -= 1
+    return head, tail
+
+
+def _carries_tool_results(message: dict[str, Any]) -> bool:
+    content = fields(message).get("content")
+    if not isinstance(content, list):
+        return False
+    for part in list.copy(content):
+        if isinstance(part, dict):
+            ptype = fields(part).get("type")
+            if isinstance(ptype, str) and PART_CODES.get(exact_str(ptype)) == PART_TOOL_RESULT:
+                return True
+    return False
+
+
+def reduce_transcript(
+    messages: list[Any], steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int,
+    watermark_chars: int, with_history: bool = False,
+) -> tuple[Any, ...]:
+    """:func:`reduce_plan` of ``ContextPlan.from_messages(messages)`` without building the
+    plan: fragments ``system``, ``history`` and ``question`` as :func:`split_transcript` cuts
+    them (``history`` there, empty, when ``with_history`` and the transcript has none)."""
+    head, tail = split_transcript(messages)
+    ids: list[str] = []
+    lists: list[Any] = []
+    n = list.__len__(messages)
+    if head:
+        ids.append("system")
+        lists.append(list.__getitem__(messages, slice(None, head)))
+    if tail > head or with_history:
+        ids.append("history")
+        lists.append(list.__getitem__(messages, slice(head, tail)))
+    if tail < n:
+        ids.append("question")
+        lists.append(list.__getitem__(messages, slice(tail, None)))
+    return _reduce(ids, lists, [None] * len(ids), steps, trigger_chars, watermark_chars)
+
+
+def _reduce(
+    ids: list[str], lists: list[Any], texts: list[Any],
+    steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int, watermark_chars: int,
+) -> tuple[Any, ...]:
+    measures: list[Any] = []
+    for fid, messages, text in zip(ids, lists, texts, strict=True):
+        if messages is None:
+            measures.append((len(exact_str(text[1])), 1, 0, None))
+        else:
+            m = measure(messages, fid)
+            measures.append((m.chars, m.messages, m.opaque_parts, m))
+    before = [m[:3] for m in measures]
+    chars = sum(m[0] for m in measures)
+    fired = trigger_chars >= 0 and chars > trigger_chars
+    kept: list[Any] = [None] * len(ids)
+    done: list[tuple[Any, ...]] = []
+    for fid, grouping, keep_groups, target in steps:
+        if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
+            done.append(("skipped", "not-triggered" if not fired else "target-reached",
+                         None, None, None, None, 0))
+            continue
+        i = ids.index(fid)
+        m = measures[i][3]
+        first, cut, ngroups = m.cut(lists[i], grouping, keep_groups, target)
+        if cut == 0:
+            reason = "within-target" if m.chars <= target else "keep-groups-floor"
+            done.append(("unchanged", reason, m.chars, m.chars, ngroups, ngroups, 0))
+            continue
+        tail = m.tail(cut)
+        lists[i] = kept[i] = list.__getitem__(lists[i], slice(cut, None))
+        measures[i] = (tail.chars, tail.messages, tail.opaque_parts, tail)
+        reason = "trimmed" if tail.chars <= target else "keep-groups-floor"
+        done.append(("applied", reason, m.chars, tail.chars, ngroups, ngroups - first, cut))
+        chars += tail.chars - m.chars
+    warnings = [
+        (i, index, code, cid)
+        for i, m in enumerate(measures) if m[3] is not None and m[3].tool_traffic
+        for index, code, cid in m[3].pairing(lists[i])
+    ]
+    assembled: list[Any] = []
+    for i, messages in enumerate(lists):
+        if messages is None:
+            role, text = texts[i]
+            assembled.append({"role": role, "content": text})
+        else:
+            assembled.extend(messages if type(messages) is list else list.copy(messages))
+    after = [m[:3] for m in measures]
+    totals = tuple(sum(f[k] for f in before) for k in range(3)) + tuple(
+        sum(f[k] for f in after) for k in range(3))
+    return fired, before, after, kept, done, warnings, assembled, ids, totals
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,9 @@ ROLE_NAMES: Final[tuple[str, ...]] = (
 )
 # "other" is the code of every role not listed, never a role name of its own.
 ROLE_CODES: Final[dict[str, int]] = {name: code for code, name in enumerate(ROLE_NAMES) if code}
+# Roles that lead a transcript and become its system fragment (ContextPlan.from_messages).
+INSTRUCTION_ROLES: Final[tuple[str, ...]] = ("system", "developer")
+INSTRUCTION_ROLE_CODES: Final[frozenset[int]] = frozenset({ROLE_SYSTEM, ROLE_DEVELOPER})
 # Roles whose messages carry tool results.
 TOOL_RESULT_ROLES: Final[frozenset[str]] = frozenset({"tool", "function"})
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
@@ -17,7 +16,6 @@ import numpy.typing as npt
 
 from . import _kernel
 from ._read import exact_str
-from ._tables import FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
 from .content import plain_copy
 from .errors import ContextPolicyError
 from .plan import Fragment
@@ -105,58 +103,72 @@ def as_counter(counter: Any) -> TokenCounter | None:
     return None if counter is None else TokenCounter(counter)
 
 
-TOOL_TRAFFIC = FLAG_TOOL_CALLS | FLAG_TOOL_RESULT
-
-
-@dataclass
 class FragmentMeasure:
-    """The measured content of one fragment: per-message arrays for a messages fragment."""
+    """The measured content of one fragment: ``chars``, ``messages``, ``opaque_parts``,
+    ``tokens``, and for a messages fragment ``kernel``, the kernel's :class:`Measure` of its
+    messages (per message role, chars, flags and opaque parts; ``roles``, ``message_chars``,
+    ``flags`` and ``opaque`` give them as numpy arrays)."""
 
-    chars: int
-    messages: int
-    opaque_parts: int
-    tokens: int | None
-    roles: npt.NDArray[np.int8] | None = None
-    message_chars: npt.NDArray[np.int64] | None = None
-    flags: npt.NDArray[np.uint8] | None = None
-    opaque: npt.NDArray[np.int32] | None = None
-    groups: dict[int, tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]] = field(
-        default_factory=dict
-    )
+    __slots__ = ("_arrays", "chars", "kernel", "messages", "opaque_parts", "tokens")
+
+    def __init__(
+        self, chars: int, messages: int, opaque_parts: int, tokens: int | None,
+        kernel: Any = None,
+    ) -> None:
+        self.chars = chars
+        self.messages = messages
+        self.opaque_parts = opaque_parts
+        self.tokens = tokens
+        self.kernel = kernel
+        self._arrays: tuple[Any, ...] | None = None
+
+    @classmethod
+    def of(cls, kernel: Any, tokens: int | None) -> FragmentMeasure:
+        """The figures of a kernel measure."""
+        return cls(kernel.chars, kernel.messages, kernel.opaque_parts, tokens, kernel)
+
+    def __repr__(self) -> str:
+        return (f"FragmentMeasure(chars={self.chars}, messages={self.messages}, "
+                f"opaque_parts={self.opaque_parts}, tokens={self.tokens})")
 
     @property
     def has_tool_traffic(self) -> bool:
         """Some message calls a tool or carries a tool result (worth a pairing check)."""
-        if self.flags is None:
-            return False
-        if len(self.flags) < 64:
-            return any(f & TOOL_TRAFFIC for f in self.flags.tolist())
-        return bool(np.any(self.flags & TOOL_TRAFFIC))
+        return self.kernel is not None and bool(self.kernel.tool_traffic)
+
+    def _array(self, i: int) -> Any:
+        if self.kernel is None:
+            return None
+        if self._arrays is None:
+            self._arrays = self.kernel.arrays()
+        return self._arrays[i]
+
+    @property
+    def roles(self) -> npt.NDArray[np.int8] | None:
+        return self._array(0)  # type: ignore[no-any-return]
+
+    @property
+    def message_chars(self) -> npt.NDArray[np.int64] | None:
+        return self._array(1)  # type: ignore[no-any-return]
+
+    @property
+    def flags(self) -> npt.NDArray[np.uint8] | None:
+        return self._array(2)  # type: ignore[no-any-return]
+
+    @property
+    def opaque(self) -> npt.NDArray[np.int32] | None:
+        return self._array(3)  # type: ignore[no-any-return]
 
     def group(self, grouping: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Group offsets and chars per group (cached per grouping)."""
-        if grouping not in self.groups:
-            assert self.flags is not None and self.message_chars is not None
-            self.groups[grouping] = _kernel.group_offsets(self.flags, self.message_chars, grouping)
-        return self.groups[grouping]
+        """Group offsets and chars per group."""
+        flags, chars = self.flags, self.message_chars
+        assert flags is not None and chars is not None
+        return _kernel.group_offsets(flags, chars, grouping)
 
     def tail(self, start: int, tokens: int | None) -> FragmentMeasure:
         """The measure of ``messages[start:]``: the same message objects, so the same figures."""
-        assert self.message_chars is not None and self.flags is not None
-        assert self.roles is not None and self.opaque is not None
-        chars = self.message_chars[start:]
-        opaque = self.opaque[start:]
-        return FragmentMeasure(
-            chars=_total(chars), messages=len(chars), opaque_parts=_total(opaque),
-            tokens=tokens, roles=self.roles[start:], message_chars=chars,
-            flags=self.flags[start:], opaque=opaque,
-        )
-
-
-def _total(values: npt.NDArray[Any]) -> int:
-    # numpy's reduction has a fixed cost of a microsecond or two: small arrays add up faster
-    # as Python ints.
-    return sum(values.tolist()) if len(values) < 64 else int(values.sum())
+        assert self.kernel is not None
+        return FragmentMeasure.of(self.kernel.tail(start), tokens)
 
 
 def measure_messages(
@@ -164,19 +176,16 @@ def measure_messages(
     fragment_id: str | None = None,
 ) -> FragmentMeasure:
     """Measure a message list in one kernel pass (and count its tokens with ``counter``)."""
-    roles, chars, flags, opaque = _kernel.measure_messages(messages, fragment_id)
+    kernel = _kernel.measure(messages, fragment_id)
     tokens = counter.count_messages(messages, fragment_id) if counter is not None else None
-    return FragmentMeasure(
-        chars=_total(chars), messages=len(chars), opaque_parts=_total(opaque),
-        tokens=tokens, roles=roles, message_chars=chars, flags=flags, opaque=opaque,
-    )
+    return FragmentMeasure(kernel.chars, kernel.messages, kernel.opaque_parts, tokens, kernel)
 
 
 def measure_fragment(fragment: Fragment, counter: TokenCounter | None = None) -> FragmentMeasure:
     if fragment.text is not None:
         text = exact_str(fragment.text)
         tokens = counter.count_text(text) if counter is not None else None
-        return FragmentMeasure(chars=len(text), messages=1, opaque_parts=0, tokens=tokens)
+        return FragmentMeasure(len(text), 1, 0, tokens)
     assert fragment.messages is not None
     return measure_messages(fragment.messages, counter, fragment.id)
 

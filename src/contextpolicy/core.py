@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequenc
 from typing import Any
 
 from . import _kernel
+from ._build import built
 from .accounting import (
     FragmentMeasure,
     TokenCounter,
@@ -20,7 +21,6 @@ from .accounting import (
     assemble,
     measure_fragment,
     measure_messages,
-    sum_tokens,
 )
 from .content import plain_copy
 from .content import snapshot as content_snapshot
@@ -43,23 +43,24 @@ from .implementations.base import (
     PolicyContext,
     PolicyOutcome,
 )
-from .plan import ContextPlan, Fragment, as_plan, changed_fields
+from .plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan, changed_fields
 from .policy import AuditPolicy, ReducePolicy, TypedPolicy
 from .policy.rules import fragment_refs
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 from .policy.watermark import targets_met
 from .policy.watermark import triggered as policy_triggered
+from .prepared import PreparedPolicy, _is_async_callable, check_arguments, prepared_for_call
 from .report import (
     AuditReport,
     ContextEvent,
-    ContextReport,
     ContextResult,
-    FragmentUsage,
     PlanWarning,
+    ReportData,
     StepReport,
+    Totals,
     Usage,
-    Watermark,
     _Report,
+    flat_json,
 )
 
 __all__ = [
@@ -140,44 +141,6 @@ def enforce_contract(
         )
 
 
-def _check_arguments(
-    handlers: Any, cancel: Any, on_step_error: Any, implementations: Any, on_event: Any = None,
-) -> None:
-    """Every bad argument of a ``process_context`` call at once, each with its name as path."""
-    issues: list[Issue] = []
-    if on_step_error not in ("continue", "raise"):
-        issues.append(Issue("on_step_error", f"expected 'continue' or 'raise', got "
-                            f"{on_step_error!r}", "invalid-option"))
-    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
-        issues.append(Issue("cancel", "expected an object with is_set() (threading.Event), got "
-                            f"{type(cancel).__name__}", "invalid-option"))
-    if on_event is not None and not callable(on_event):
-        issues.append(Issue("on_event", "expected a callable that takes a ContextEvent, got "
-                            f"{type(on_event).__name__}", "invalid-option"))
-    for name, value, what in (
-        ("handlers", handlers, "handler id"), ("implementations", implementations, "mode"),
-    ):
-        if value is None:
-            continue
-        if not isinstance(value, Mapping):
-            issues.append(Issue(name, f"expected a mapping of {what} to callable, got "
-                                f"{type(value).__name__}", f"invalid-{name}-argument"))
-            continue
-        for key, fn in value.items():
-            if not isinstance(key, str):
-                issues.append(Issue(name, f"expected {what}s as strings, got "
-                                    f"{type(key).__name__} {key!r}", f"invalid-{name}-argument"))
-            elif name == "implementations" and key not in DEFAULT_IMPLEMENTATIONS:
-                issues.append(Issue(f"{name}.{key}", f"unknown mode {key!r}; expected validate, "
-                                    "reduce or audit", "invalid-option"))
-            elif not callable(fn):
-                issues.append(Issue(f"{name}.{key}", f"expected a callable, got "
-                                    f"{type(fn).__name__}", "handler-not-callable"
-                                    if name == "handlers" else "invalid-option"))
-    if issues:
-        raise ContextPolicyError(issues)
-
-
 def _copied(plan: ContextPlan) -> ContextPlan:
     """The plan with every message list copied (plain dicts, lists and strs): what a custom
     implementation receives, so that nothing it does reaches the caller's objects."""
@@ -192,22 +155,16 @@ def _copied(plan: ContextPlan) -> ContextPlan:
     )
 
 
-def _usage(measures: Sequence[FragmentMeasure]) -> Usage:
+def _usage(measures: Sequence[FragmentMeasure]) -> Totals:
     chars = messages = opaque = 0
+    tokens: int | None = 0
     for m in measures:
         chars += m.chars
         messages += m.messages
         opaque += m.opaque_parts
-    return Usage(
-        chars=chars, tokens=sum_tokens(m.tokens for m in measures), messages=messages,
-        fragments=len(measures), opaque_parts=opaque,
-    )
-
-
-def _is_async_callable(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004
-    )
+        if tokens is not None:
+            tokens = None if m.tokens is None else tokens + m.tokens
+    return Totals(chars, tokens, messages, len(measures), opaque)
 
 
 class _Run:
@@ -226,25 +183,40 @@ class _Run:
         is_async: bool,
         sink: Callable[[ContextEvent], None] | None,
         on_event: Any = None,
+        prepared: PreparedPolicy | None = None,
     ) -> None:
         # on_event: the caller's listener, checked here with the other arguments (the sink may
         # be a queue in front of it).
-        _check_arguments(handlers, cancel, on_step_error, implementations, on_event)
-        self.plan = as_plan(plan)
-        self.counter: TokenCounter | None = as_counter(counter)
-        self.handlers = dict(handlers or {})
-        self.policy = self._check_policy(policy, is_async)
-        impls = dict(implementations or {})
-        self.custom = self.policy.mode in impls
-        self.impl = impls.get(self.policy.mode, DEFAULT_IMPLEMENTATIONS[self.policy.mode])
+        if (handlers is not None or cancel is not None or on_event is not None
+                or implementations is not None or on_step_error != "continue"):
+            check_arguments(handlers, cancel, on_step_error, implementations, on_event)
+        self.plan = plan if type(plan) is ContextPlan else as_plan(plan)
+        if prepared is None:
+            prepared = prepared_for_call(policy, handlers, counter)
+        if prepared is None or not prepared.fits(self.plan, is_async):
+            prepared = self._check_policy(policy, handlers, counter, is_async)
+        self.prepared = prepared
+        self.policy: TypedPolicy = prepared.policy
+        self.counter: TokenCounter | None = prepared.counter
+        self.handlers = prepared.handlers
+        mode = self.policy.mode
+        self.custom = implementations is not None and mode in implementations
+        self.impl = (implementations[mode] if implementations is not None and self.custom
+                     else DEFAULT_IMPLEMENTATIONS[mode])
         self.is_async = is_async
         self.sink = sink
         self.cancel = cancel
         self.on_step_error = on_step_error
 
-    def _check_policy(self, policy: Any, is_async: bool) -> TypedPolicy:
-        """The typed policy, or every problem of the policy against this plan, these handlers
-        and this counter at once."""
+    def _check_policy(
+        self, policy: Any, handlers: Any, counter: Any, is_async: bool
+    ) -> PreparedPolicy:
+        """Every problem of the policy against this plan, these handlers and this counter at
+        once (raised), or the prepared policy."""
+        if isinstance(policy, PreparedPolicy):
+            policy, handlers, counter = policy.policy, policy.handlers, policy.counter
+        tc = as_counter(counter)
+        given = dict(handlers or {})
         refs = fragment_refs(self.plan.fragments)
         if (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
             policy, AuditPolicy
@@ -252,16 +224,16 @@ class _Run:
             # An audit names fragments of the original too (a removed one, say); protection is
             # judged as it was originally.
             refs.update(fragment_refs(self.plan.original or ()))
-        typed, issues = policy_issues(policy, refs, self.handlers)
+        typed, issues = policy_issues(policy, refs, given)
         token_key = uses_tokens(policy)
-        if token_key is not None and self.counter is None:
+        if token_key is not None and tc is None:
             issues.append(Issue(
                 token_key, "token watermarks need a token counter (pass counter=...); tokens "
                 "are never guessed from characters", "tokens-without-counter",
             ))
         if not is_async:
             for ref in references(typed if typed is not None else policy):
-                handler = self.handlers.get(ref.name) if ref.what == "handler" else None
+                handler = given.get(ref.name) if ref.what == "handler" else None
                 if handler is not None and _is_async_callable(handler):
                     issues.append(Issue(
                         ref.path, f"handler {ref.name!r} is a coroutine function; use "
@@ -275,26 +247,28 @@ class _Run:
                 "an audit needs the plan's original fragments (ContextPlan(original=...))",
                 path="original", code="missing-original",
             )
-        return typed
+        return PreparedPolicy._of(typed, given, tc)
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         # Event payloads are JSON figures; they are only built when someone listens.
         if self.sink is not None:
-            self.sink(ContextEvent(event, {
-                k: v.to_json_dict() if isinstance(v, _Report) else v for k, v in data.items()
-            }))
+            self.sink(ContextEvent(event, {k: _json_of(v) for k, v in data.items()}))
 
     def steps(self) -> Generator[Any, Any, ContextResult]:
         plan, policy = self.plan, self.policy
+        listening = self.sink is not None
         ctx = PolicyContext(
-            plan, policy, self.handlers, self.counter, self.cancel, self.on_step_error, self.emit
+            plan, policy, self.handlers, self.counter, self.cancel, self.on_step_error, self.emit,
+            listening,
         )
         ctx.check_cancel()
-        self.emit("context.started", {"mode": policy.mode, "fragments": len(plan.fragments),
-                                      "kernel": _kernel.IMPLEMENTATION})
+        if listening:
+            self.emit("context.started", {"mode": policy.mode, "fragments": len(plan.fragments),
+                                          "kernel": _kernel.IMPLEMENTATION})
         measures_before = [ctx.measure(f) for f in plan.fragments]
         before = _usage(measures_before)
-        self.emit("context.measured", {"usage": before})
+        if listening:
+            self.emit("context.measured", {"usage": before})
         snapshot = None
         if self.custom:
             # A custom implementation works on copies: whatever it does to them, the caller's
@@ -303,7 +277,7 @@ class _Run:
                         if f.is_protected}
             ctx = PolicyContext(
                 _copied(plan), policy, self.handlers, self.counter, self.cancel,
-                self.on_step_error, self.emit,
+                self.on_step_error, self.emit, listening,
             )
         outcome = yield from self._run_impl(ctx)
         if not isinstance(outcome, PolicyOutcome):
@@ -330,20 +304,18 @@ class _Run:
         else:
             measures_after = [ctx.measure(f) for f in outcome.fragments]
             after = _usage(measures_after)
-        report = self._report(plan, outcome, before, after, measures_before, measures_after)
-        report.warnings.extend(warnings)
-        result = ContextResult(
-            plan=ContextPlan(
-                fragments=list(outcome.fragments), original=plan.original
-            ),
-            input=assemble(outcome.fragments),
-            report=report,
+        data = self._report(plan, outcome, before, after, measures_before, measures_after,
+                            warnings)
+        fragments = list(outcome.fragments)
+        result = ContextResult._measured(
+            assemble(fragments), lambda: (fragments, plan.original, data)
         )
-        self.emit("context.completed", {"before": before, "after": after,
-                                        "triggered": report.triggered,
-                                        "targetReached": report.target_reached})
-        if report.audit is not None and not report.audit.passed:
-            raise ContextAuditError(report)
+        if listening:
+            self.emit("context.completed", {"before": before, "after": after,
+                                            "triggered": data.triggered,
+                                            "targetReached": data.target_reached})
+        if data.audit is not None and not data.audit.passed:
+            raise ContextAuditError(result.report)
         return result
 
     def _measured_outcome(self, given: ContextPlan, outcome: PolicyOutcome) -> PolicyOutcome:
@@ -364,7 +336,7 @@ class _Run:
         self,
         plan: ContextPlan,
         outcome: PolicyOutcome,
-        before: Usage,
+        before: Totals,
         measures_before: list[FragmentMeasure],
         measures_after: list[FragmentMeasure],
     ) -> tuple[PolicyOutcome, list[PlanWarning]]:
@@ -488,44 +460,39 @@ class _Run:
         self,
         plan: ContextPlan,
         outcome: PolicyOutcome,
-        before: Usage,
-        after: Usage,
+        before: Totals,
+        after: Totals,
         measures_before: list[FragmentMeasure],
         measures_after: list[FragmentMeasure],
-    ) -> ContextReport:
+        warnings: list[PlanWarning],
+    ) -> ReportData:
         policy = self.policy
-        after_by_id = dict(zip((f.id for f in outcome.fragments), measures_after, strict=True))
-        out_by_id = {f.id: f for f in outcome.fragments}
+        olds, news = plan.fragments, outcome.fragments
         fragments = []
-        for f, m in zip(plan.fragments, measures_before, strict=True):
-            a = after_by_id.get(f.id)
-            fragments.append(FragmentUsage(
-                id=f.id, kind=f.kind, protected=f.is_protected,
-                chars_before=m.chars, tokens_before=m.tokens, messages_before=m.messages,
-                chars_after=a.chars if a else None, tokens_after=a.tokens if a else None,
-                messages_after=a.messages if a else None,
-                changed=out_by_id.get(f.id) is not f,
+        aligned = len(olds) == len(news) and all(
+            a is b or a.id == b.id for a, b in zip(olds, news, strict=True)
+        )
+        if aligned:  # every fragment kept, in order (validate and reduce never remove one)
+            pairs: Any = zip(olds, measures_before, news, measures_after, strict=True)
+        else:
+            after_by_id = {f.id: (f, m) for f, m in zip(news, measures_after, strict=True)}
+            pairs = ((f, m, *after_by_id.get(f.id, (None, None)))
+                     for f, m in zip(olds, measures_before, strict=True))
+        for f, m, new, a in pairs:
+            fragments.append((
+                f.id, f.kind, f.kind in PROTECTED_KINDS or bool(f.protected), m.chars, m.tokens,
+                m.messages, a.chars if a else None, a.tokens if a else None,
+                a.messages if a else None, new is not f,
             ))
-        warnings = []
-        for f, m in zip(outcome.fragments, measures_after, strict=True):
-            if f.messages is None or m.flags is None or not m.has_tool_traffic:
+        found: list[PlanWarning] = []
+        for f, m in zip(news, measures_after, strict=True):
+            if f.messages is None or not m.has_tool_traffic:
                 continue
-            for index, code, cid in _kernel.tool_pairing(f.messages, m.flags):
-                warnings.append(PlanWarning(
-                    code=code, fragment_id=f.id, index=index, tool_call_id=cid,
-                    message=_PAIRING_MESSAGES[code].format(id=repr(cid) if cid else "(no id)"),
-                ))
-        trigger = target = None
-        target_reached = None
-        if isinstance(policy, ReducePolicy):
-            trigger = Watermark(
-                chars=policy.trigger_chars, tokens=policy.trigger_tokens
-            )
-            target = Watermark(
-                chars=policy.watermark_chars, tokens=policy.watermark_tokens
-            )
-            target_reached = targets_met(policy, after.chars, after.tokens)
-        return ContextReport(
+            for index, code, cid in m.kernel.pairing(f.messages):
+                found.append(_pairing_warning(f.id, index, code, cid))
+        found.extend(warnings)
+        trigger, target, target_reached = _watermarks(policy, after)
+        return ReportData(
             mode=policy.mode,
             kernel=_kernel.IMPLEMENTATION,
             implementation=(
@@ -540,9 +507,94 @@ class _Run:
             target_reached=target_reached,
             steps=outcome.steps,
             fragments=fragments,
-            warnings=warnings,
+            warnings=found,
             audit=outcome.audit,
         )
+
+
+def _pairing_warning(fid: str, index: int, code: str, cid: str | None) -> PlanWarning:
+    return built(PlanWarning, {
+        "code": code, "fragment_id": fid, "index": index, "tool_call_id": cid,
+        "message": _PAIRING_MESSAGES[code].format(id=repr(cid) if cid else "(no id)"),
+    })
+
+
+def _watermarks(policy: TypedPolicy, after: Totals) -> tuple[Any, Any, bool | None]:
+    """A report's ``trigger``, ``target`` and ``targetReached``."""
+    if type(policy) is not ReducePolicy:
+        return None, None, None
+    return ((policy.trigger_chars, policy.trigger_tokens),
+            (policy.watermark_chars, policy.watermark_tokens),
+            targets_met(policy, after.chars, after.tokens))
+
+
+def _fused(
+    plan: ContextPlan, prepared: PreparedPolicy, steps: tuple[tuple[str, int, int, int], ...]
+) -> ContextResult | None:
+    """A run the kernel does in one call (``_kernel.reduce_plan``): validate, or a reduce of
+    trims by chars, with no counter, listener, cancel or custom implementation. The same
+    figures as the step-by-step run (a test holds the two to each other); the records become
+    the plan and the report when they are read."""
+    raw = _kernel.reduce_plan(plan.fragments, steps, prepared._trigger,
+                              prepared._watermark, Fragment)
+    if raw is None:  # a fragment of a subclass: the step-by-step run reads it as it says
+        return None
+    return ContextResult._measured(raw[6], lambda: _fused_records(plan, prepared, raw))
+
+
+def _fused_records(
+    plan: ContextPlan, prepared: PreparedPolicy, raw: tuple[Any, ...]
+) -> tuple[list[Fragment], list[Fragment] | None, ReportData]:
+    olds = plan.fragments
+    kept = raw[3]
+    fragments = [f if k is None else f.with_content(k) for f, k in zip(olds, kept, strict=True)]
+    kinds = [(f.kind, f.kind in PROTECTED_KINDS or bool(f.protected)) for f in olds]
+    return fragments, plan.original, fused_report(prepared, raw, kinds)
+
+
+def fused_report(
+    prepared: PreparedPolicy, raw: tuple[Any, ...], kinds: Sequence[tuple[str, bool]]
+) -> ReportData:
+    """The report records of a :func:`_kernel.reduce_plan` (or ``reduce_transcript``) run:
+    ``kinds`` gives each fragment's kind and protection."""
+    fired, before, after, kept, done, found, _input, ids, totals = raw
+    policy = prepared.policy
+    records = [
+        (fid, kind, protected, b[0], None, b[1], a[0], None, a[1], k is not None)
+        for fid, (kind, protected), b, a, k in zip(ids, kinds, before, after, kept, strict=True)
+    ]
+    steps = [
+        built(StepReport, {
+            "id": step.id, "kind": "trim", "fragment_id": step.fragment_id,
+            "target_chars": step.target_chars, "status": d[0], "reason": d[1],
+            "chars_before": d[2], "chars_after": d[3], "groups_before": d[4],
+            "groups_after": d[5], "messages_removed": d[6],
+        })
+        for step, d in zip(policy.steps if type(policy) is ReducePolicy else (), done,
+                           strict=True)
+    ]
+    n = len(ids)
+    before_t = Totals(totals[0], None, totals[1], n, totals[2])
+    after_t = Totals(totals[3], None, totals[4], n, totals[5])
+    trigger, target, target_reached = _watermarks(policy, after_t)
+    return ReportData(
+        mode=policy.mode, kernel=_kernel.IMPLEMENTATION, implementation="default",
+        triggered=fired, trigger=trigger, target=target, before=before_t, after=after_t,
+        target_reached=target_reached, steps=steps, fragments=records,
+        warnings=[_pairing_warning(ids[i], index, code, cid) for i, index, code, cid in found],
+        audit=None,
+    )
+
+
+def _json_of(value: Any) -> Any:
+    """An event's value as JSON: figures and report entries by their JSON documents."""
+    if isinstance(value, Totals):
+        return value.json()
+    if isinstance(value, (StepReport, PlanWarning)):
+        return flat_json(value)
+    if isinstance(value, _Report):
+        return value.to_json_dict()
+    return value
 
 
 def _checked_calls(gen: Generator[Any, Any, Any], mode: str) -> Generator[Any, Any, Any]:
@@ -611,10 +663,22 @@ def process_context(
     (audit violations, with the report), :class:`ContextCancelledError`,
     :class:`ContextStepError` (``on_step_error="raise"``) or :class:`ContextContractError`.
     """
+    prepared = None
+    if (handlers is None and counter is None and cancel is None and on_event is None
+            and implementations is None):
+        # The common call: one kernel pass when the policy allows it.
+        plan = plan if type(plan) is ContextPlan else as_plan(plan)
+        prepared = prepared_for_call(policy, None, None)
+        steps = prepared._fused if prepared is not None else None
+        if (steps is not None and on_step_error in ("continue", "raise")
+                and prepared.fits(plan, False)):  # type: ignore[union-attr]
+            result = _fused(plan, prepared, steps)  # type: ignore[arg-type]
+            if result is not None:
+                return result
     run = _Run(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
         on_step_error=on_step_error, implementations=implementations, is_async=False,
-        sink=on_event, on_event=on_event,
+        sink=on_event, on_event=on_event, prepared=prepared,
     )
     gen = run.steps()
     reply: Any = None

@@ -22,7 +22,7 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
-from ._tables import TOOL_RESULT_PART
+from ._build import built
 from .content import same
 from .errors import ContextPlanError, Issue
 
@@ -41,8 +41,6 @@ FragmentKind = Literal[
 ]
 PROTECTED_KINDS: frozenset[str] = frozenset({"system", "question", "authorization", "evidence"})
 REDUCIBLE_KINDS: frozenset[str] = frozenset({"history", "memory", "document", "note"})
-# Roles that lead a transcript and become its system fragment (ContextPlan.from_messages).
-INSTRUCTION_ROLES = ("system", "developer")
 
 
 def _keep_list(value: Any) -> list[Any]:
@@ -122,10 +120,20 @@ class Fragment(BaseModel):
         return self.text if self.text is not None else cast("list[dict[str, Any]]", self.messages)
 
     def with_content(self, content: str | list[dict[str, Any]]) -> Fragment:
-        """A copy holding ``content`` (text or messages) instead; the original is untouched."""
+        """A copy holding ``content`` (text or messages) instead; the original is untouched.
+        Like ``model_copy(update=...)``, it does not validate ``content``."""
+        values = dict(self.__dict__)
         if isinstance(content, str):
-            return self.model_copy(update={"text": content, "messages": None})
-        return self.model_copy(update={"messages": content, "text": None, "role": None})
+            values["text"], values["messages"] = content, None
+            changed = _TEXT_KEYS
+        else:
+            values["messages"], values["text"], values["role"] = content, None, None
+            changed = _MESSAGES_KEYS
+        return built(Fragment, values, self.__pydantic_fields_set__ | changed)
+
+
+_TEXT_KEYS = frozenset({"text", "messages"})
+_MESSAGES_KEYS = frozenset({"messages", "text", "role"})
 
 
 def changed_fields(before: Fragment, after: Fragment) -> list[str]:
@@ -200,41 +208,29 @@ class ContextPlan(BaseModel):
                 )
             messages = list(messages)
         msgs = cast("list[dict[str, Any]]", messages)
+        n = list.__len__(msgs)
+        from . import _kernel  # loaded once a transcript is split, never by policy validation
 
-        def role_of(i: int) -> str:
-            m = msgs[i]
-            if not isinstance(m, dict):
-                raise ContextPlanError.for_message(
-                    i, f"expected a message object (dict), got {type(m).__name__}",
-                )
-            role = m.get("role")
-            if not isinstance(role, str):
-                raise ContextPlanError.for_message(
-                    i, "expected a string role", field="role", code="invalid-role",
-                )
-            return role
-
-        head = 0
-        while head < len(msgs) and role_of(head) in INSTRUCTION_ROLES:
-            head += 1
-        tail = len(msgs)
-        if tail > head and role_of(tail - 1) == "user" and not _carries_tool_results(msgs[-1]):
-            tail -= 1
+        head, tail = _kernel.split_transcript(msgs)
+        # Built without validating again: ids, kinds and message lists are right by construction.
         fragments: list[Fragment] = []
         if head:
-            fragments.append(Fragment(id="system", kind="system", messages=msgs[:head]))
+            fragments.append(built(Fragment, {"id": "system", "kind": "system", "messages":
+                                              list.__getitem__(msgs, slice(None, head))},
+                                   _SPLIT_KEYS))
         if tail > head:
-            fragments.append(Fragment(id="history", kind="history", messages=msgs[head:tail]))
-        if tail < len(msgs):
-            fragments.append(Fragment(id="question", kind="question", messages=msgs[tail:]))
-        return cls(fragments=fragments)
+            fragments.append(built(Fragment, {"id": "history", "kind": "history", "messages":
+                                              list.__getitem__(msgs, slice(head, tail))},
+                                   _SPLIT_KEYS))
+        if tail < n:
+            fragments.append(built(Fragment, {"id": "question", "kind": "question", "messages":
+                                              list.__getitem__(msgs, slice(tail, None))},
+                                   _SPLIT_KEYS))
+        return built(cls, {"fragments": fragments}, _PLAN_KEYS)
 
 
-def _carries_tool_results(message: Mapping[str, Any]) -> bool:
-    content = message.get("content")
-    return isinstance(content, list) and any(
-        isinstance(p, dict) and p.get("type") == TOOL_RESULT_PART for p in content
-    )
+_SPLIT_KEYS = frozenset({"id", "kind", "messages"})
+_PLAN_KEYS = frozenset({"fragments"})
 
 
 # ---------------------------------------------------------------------------------------------

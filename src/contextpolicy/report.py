@@ -6,13 +6,17 @@ is measured after the fact; a token figure is ``null`` when no counter was given
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 from pydantic.alias_generators import to_camel
 
+from ._build import built
 from .plan import ContextPlan
+
+_new = object.__new__
 
 __all__ = [
     "AuditChange",
@@ -165,11 +169,179 @@ class ContextEvent:
     data: dict[str, Any]
 
 
-@dataclass(frozen=True)
 class ContextResult:
     """``plan``: the new plan (unchanged fragments share objects with the input);
-    ``input``: the assembled model input; ``report``: what happened, measured."""
+    ``input``: the assembled model input; ``report``: what happened, measured.
 
-    plan: ContextPlan
-    input: list[dict[str, Any]]
-    report: ContextReport
+    A run keeps its measured figures as plain records: ``plan`` and ``report`` become models
+    when they are first read, so a caller that only needs ``input`` never pays for them.
+    """
+
+    __slots__ = ("_input", "_make", "_plan", "_records", "_report")
+    _input: list[dict[str, Any]]
+    _make: Callable[[], tuple[list[Any], list[Any] | None, ReportData]] | None
+    _plan: ContextPlan | None
+    _records: tuple[list[Any], list[Any] | None, ReportData] | None
+    _report: ContextReport | None
+
+    def __init__(
+        self, plan: ContextPlan, input: list[dict[str, Any]], report: ContextReport
+    ) -> None:
+        self._plan, self._input, self._report = plan, input, report
+        self._make = self._records = None
+
+    @classmethod
+    def _measured(
+        cls, input: list[dict[str, Any]],
+        make: Callable[[], tuple[list[Any], list[Any] | None, ReportData]],
+    ) -> ContextResult:
+        """A result whose plan and report records ``make()`` gives when first needed."""
+        result = _new(cls)
+        result._input, result._make = input, make
+        result._plan = result._report = result._records = None
+        return result
+
+    def _data(self) -> ReportData:
+        records = self._records
+        if records is None:
+            assert self._make is not None
+            records = self._records = self._make()
+            self._make = None
+        return records[2]
+
+    @property
+    def plan(self) -> ContextPlan:
+        if self._plan is None:
+            self._data()
+            assert self._records is not None
+            fragments, original, _ = self._records
+            self._plan = built(ContextPlan, {"fragments": list(fragments),
+                                             "original": original})
+        return self._plan
+
+    @property
+    def input(self) -> list[dict[str, Any]]:
+        return self._input
+
+    @property
+    def report(self) -> ContextReport:
+        if self._report is None:
+            self._report = self._data().model()
+        return self._report
+
+    def report_json(self) -> dict[str, Any]:
+        """The report's JSON document (``report.to_json_dict()``), built straight from the
+        measured records when the report was not read as a model."""
+        if self._report is not None:
+            return self._report.to_json_dict()
+        return self._data().json()
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ContextResult):
+            return NotImplemented
+        return (self.plan, self.input, self.report) == (other.plan, other.input, other.report)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return f"ContextResult(plan={self.plan!r}, input={self.input!r}, report={self.report!r})"
+
+
+# ---------------------------------------------------------------------------------------------
+# The records a run measures, and the report's models and JSON built from them.
+
+
+class Totals:
+    """What a plan or an input carries, as measured (the fields of :class:`Usage`)."""
+
+    __slots__ = ("chars", "fragments", "messages", "opaque_parts", "tokens")
+
+    def __init__(self, chars: int, tokens: int | None, messages: int, fragments: int,
+                 opaque_parts: int) -> None:
+        self.chars, self.tokens, self.messages = chars, tokens, messages
+        self.fragments, self.opaque_parts = fragments, opaque_parts
+
+    def json(self) -> dict[str, Any]:
+        return {"chars": self.chars, "tokens": self.tokens, "messages": self.messages,
+                "fragments": self.fragments, "opaqueParts": self.opaque_parts}
+
+    def model(self) -> Usage:
+        return built(Usage, {"chars": self.chars, "tokens": self.tokens,
+                             "messages": self.messages, "fragments": self.fragments,
+                             "opaque_parts": self.opaque_parts})
+
+
+def _aliases(cls: type[_Report]) -> list[tuple[str, str]]:
+    return [(name, field.alias or name) for name, field in cls.model_fields.items()]
+
+
+_STEP_KEYS = _aliases(StepReport)
+_WARNING_KEYS = _aliases(PlanWarning)
+
+
+def flat_json(model: StepReport | PlanWarning) -> dict[str, Any]:
+    """``model.to_json_dict()`` of a report entry whose fields are all JSON scalars."""
+    kind = type(model)
+    keys = _STEP_KEYS if kind is StepReport else _WARNING_KEYS if kind is PlanWarning else None
+    if keys is None:  # a subclass of the caller's: its own serialisation
+        return model.to_json_dict()
+    values = model.__dict__
+    return {alias: values[name] for name, alias in keys}
+
+
+# FragmentUsage records: (id, kind, protected, chars_before, tokens_before, messages_before,
+# chars_after, tokens_after, messages_after, changed).
+_USAGE_FIELDS = ("id", "kind", "protected", "chars_before", "tokens_before", "messages_before",
+                 "chars_after", "tokens_after", "messages_after", "changed")
+_USAGE_ALIASES = ("id", "kind", "protected", "charsBefore", "tokensBefore", "messagesBefore",
+                  "charsAfter", "tokensAfter", "messagesAfter", "changed")
+
+
+class ReportData:
+    """A :class:`ContextReport` as plain measured records (the same attributes, with
+    :class:`Totals` for ``before``/``after`` and tuples for ``fragments``)."""
+
+    __slots__ = ("after", "audit", "before", "fragments", "implementation", "kernel", "mode",
+                 "steps", "target", "target_reached", "trigger", "triggered", "warnings")
+
+    def __init__(
+        self, *, mode: str, kernel: str, implementation: str, triggered: bool,
+        trigger: tuple[int | None, int | None] | None,
+        target: tuple[int | None, int | None] | None, before: Totals, after: Totals,
+        target_reached: bool | None, steps: list[StepReport], fragments: list[tuple[Any, ...]],
+        warnings: list[PlanWarning], audit: AuditReport | None,
+    ) -> None:
+        self.mode, self.kernel, self.implementation = mode, kernel, implementation
+        self.triggered, self.trigger, self.target = triggered, trigger, target
+        self.before, self.after, self.target_reached = before, after, target_reached
+        self.steps, self.fragments, self.warnings, self.audit = steps, fragments, warnings, audit
+
+    def model(self) -> ContextReport:
+        def mark(w: tuple[int | None, int | None] | None) -> Watermark | None:
+            return None if w is None else built(Watermark, {"chars": w[0], "tokens": w[1]})
+
+        return built(ContextReport, {
+            "mode": self.mode, "kernel": self.kernel, "implementation": self.implementation,
+            "triggered": self.triggered, "trigger": mark(self.trigger),
+            "target": mark(self.target), "before": self.before.model(),
+            "after": self.after.model(), "target_reached": self.target_reached,
+            "steps": list(self.steps),
+            "fragments": [built(FragmentUsage, dict(zip(_USAGE_FIELDS, f, strict=True)))
+                          for f in self.fragments],
+            "warnings": list(self.warnings), "audit": self.audit,
+        })
+
+    def json(self) -> dict[str, Any]:
+        def mark(w: tuple[int | None, int | None] | None) -> dict[str, Any] | None:
+            return None if w is None else {"chars": w[0], "tokens": w[1]}
+
+        return {
+            "mode": self.mode, "kernel": self.kernel, "implementation": self.implementation,
+            "triggered": self.triggered, "trigger": mark(self.trigger),
+            "target": mark(self.target), "before": self.before.json(),
+            "after": self.after.json(), "targetReached": self.target_reached,
+            "steps": [flat_json(s) for s in self.steps],
+            "fragments": [dict(zip(_USAGE_ALIASES, f, strict=True)) for f in self.fragments],
+            "warnings": [flat_json(w) for w in self.warnings],
+            "audit": None if self.audit is None else self.audit.to_json_dict(),
+        }

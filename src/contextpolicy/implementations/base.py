@@ -100,6 +100,7 @@ class PolicyContext:
         cancel: CancelLike | None,
         on_step_error: str,
         emit: Callable[..., None],
+        listening: bool = True,
     ) -> None:
         self.plan = plan
         self.policy = policy
@@ -108,11 +109,14 @@ class PolicyContext:
         self.cancel = cancel
         self.on_step_error = on_step_error
         self._emit = emit
+        # Whether anyone listens to events: an implementation builds no payload otherwise.
+        self.listening = listening
         # Keyed by id(fragment); the fragment is kept alive beside its measure so ids stay unique.
         self._measures: dict[int, tuple[Fragment, FragmentMeasure]] = {}
 
     def emit(self, event: str, **data: Any) -> None:
-        self._emit(event, data)
+        if self.listening:
+            self._emit(event, data)
 
     def check_cancel(self) -> None:
         if self.cancel is not None and self.cancel.is_set():

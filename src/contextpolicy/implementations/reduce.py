@@ -13,12 +13,9 @@ from __future__ import annotations
 from collections.abc import Generator
 from typing import Any
 
-import numpy as np
-
-from .. import _kernel
+from .._build import built
 from .._read import exact_str
-from .._tables import FLAG_TOOL_CALLS
-from .._tool_ids import call_ids
+from .._tables import GROUPING_CODES
 from ..accounting import FragmentMeasure, measure_messages
 from ..content import plain_copy
 from ..errors import ContextCancelledError, ContextPlanError, ContextStepError
@@ -28,9 +25,9 @@ from ..policy.watermark import targets_met, triggered
 from ..report import StepReport
 from .base import CompressRequest, HandlerCall, HandlerReply, PolicyContext, PolicyOutcome
 
-__all__ = ["paired_first_group", "reduce"]
+__all__ = ["reduce"]
 
-GROUPING_CODES = {"user-turn": _kernel.GROUP_USER_TURN, "message": _kernel.GROUP_MESSAGE}
+
 
 
 def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOutcome]:
@@ -42,33 +39,36 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
     chars = sum(m.chars for m in measures)
     tokens = None if ctx.counter is None else sum(m.tokens or 0 for m in measures)
     fired = triggered(policy, chars, tokens)
-    if fired:
+    if fired and ctx.listening:
         ctx.emit("context.triggered", chars=chars, tokens=tokens,
                  trigger={"chars": policy.trigger_chars, "tokens": policy.trigger_tokens})
     steps: list[StepReport] = []
     for step in policy.steps:
         if not fired or targets_met(policy, chars, tokens):
             reason = "not-triggered" if not fired else "target-reached"
-            report = StepReport(
+            report = built(StepReport, dict(
                 id=step.id, kind=step.kind, fragment_id=step.fragment_id, status="skipped",
                 reason=reason, target_chars=step.target_chars,
                 handler_id=step.handler_id if isinstance(step, CompressStep) else None,
-            )
+            ))
             steps.append(report)
-            ctx.emit("step.skipped", step=report)
+            if ctx.listening:
+                ctx.emit("step.skipped", step=report)
             continue
         ctx.check_cancel()
         i = position[step.fragment_id]
         fragment, before = fragments[i], measures[i]
-        ctx.emit("step.started", stepId=step.id, kind=step.kind, fragmentId=step.fragment_id,
-                 chars=chars, tokens=tokens)
+        if ctx.listening:
+            ctx.emit("step.started", stepId=step.id, kind=step.kind, fragmentId=step.fragment_id,
+                     chars=chars, tokens=tokens)
         if isinstance(step, TrimStep):
             new, after, report = _trim(ctx, step, fragment, before)
         else:
             new, after, report = yield from _compress(ctx, step, fragment, before)
         steps.append(report)
         if report.status == "failed":
-            ctx.emit("step.failed", step=report)
+            if ctx.listening:
+                ctx.emit("step.failed", step=report)
             if ctx.on_step_error == "raise":
                 raise ContextStepError(report)
             continue
@@ -78,43 +78,9 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
             chars += after.chars - before.chars
             if tokens is not None:
                 tokens += (after.tokens or 0) - (before.tokens or 0)
-        ctx.emit("step.completed", step=report, chars=chars, tokens=tokens)
+        if ctx.listening:
+            ctx.emit("step.completed", step=report, chars=chars, tokens=tokens)
     return PolicyOutcome(fragments=fragments, steps=steps, triggered=fired)
-
-
-def paired_first_group(
-    messages: list[dict[str, Any]], measure: FragmentMeasure, offsets: Any, first: int
-) -> int:
-    """The first kept group, moved back (keeping more whole groups) until no kept tool result
-    has lost its call to the cut.
-
-    Well-formed histories never need it: a call and its results share a user turn, and message
-    grouping keeps results with the message before them. It guards against results that come
-    later (after another message or turn): a trim never orphans a tool result.
-    """
-    assert measure.flags is not None
-    flags = measure.flags
-    while first > 0:
-        cut = int(offsets[first])
-        kept = messages[cut:]
-        missing = {
-            cid for _, code, cid in _kernel.tool_pairing(kept, flags[cut:])
-            if code == "orphan-tool-result" and cid is not None
-        }
-        if not missing:
-            return first
-        earliest = cut
-        for i in np.flatnonzero(flags[:cut] & FLAG_TOOL_CALLS)[::-1].tolist():
-            found = missing.intersection(call_ids(messages[i]))
-            if found:
-                earliest = i
-                missing -= found
-                if not missing:
-                    break
-        if earliest == cut:  # results whose calls never were in the plan: nothing to keep
-            return first
-        first = int(np.searchsorted(offsets, earliest, side="right")) - 1
-    return first
 
 
 def _tokens_of(ctx: PolicyContext, content: str | list[dict[str, Any]], fid: str) -> int | None:
@@ -128,31 +94,31 @@ def _tokens_of(ctx: PolicyContext, content: str | list[dict[str, Any]], fid: str
 def _trim(
     ctx: PolicyContext, step: TrimStep, fragment: Fragment, before: FragmentMeasure
 ) -> tuple[Fragment, FragmentMeasure, StepReport]:
-    assert fragment.messages is not None
-    offsets, group_chars = before.group(GROUPING_CODES[step.grouping.kind])
-    ngroups = len(group_chars)
-    first = int(_kernel.trim_cut(group_chars, step.keep_groups, step.target_chars))
-    first = paired_first_group(fragment.messages, before, offsets, first)
-    cut = int(offsets[first])
+    messages = fragment.messages
+    assert messages is not None
+    first, cut, ngroups = before.kernel.cut(
+        messages, GROUPING_CODES[step.grouping.kind], step.keep_groups, step.target_chars
+    )
     common: dict[str, Any] = dict(
         id=step.id, kind="trim", fragment_id=step.fragment_id, target_chars=step.target_chars,
         chars_before=before.chars, tokens_before=before.tokens, groups_before=ngroups,
     )
     if cut == 0:
         reason = "within-target" if before.chars <= step.target_chars else "keep-groups-floor"
-        report = StepReport(
+        report = built(StepReport, dict(
             status="unchanged", reason=reason, chars_after=before.chars,
             tokens_after=before.tokens, groups_after=ngroups, **common,
-        )
+        ))
         return fragment, before, report
-    kept = fragment.messages[cut:]
+    # The real storage, as the kernel measured it (a list subclass's __getitem__ may lie).
+    kept = list.__getitem__(messages, slice(cut, None))
     after = before.tail(cut, _tokens_of(ctx, kept, fragment.id))
     new = fragment.with_content(kept)
     reason = "trimmed" if after.chars <= step.target_chars else "keep-groups-floor"
-    report = StepReport(
+    report = built(StepReport, dict(
         status="applied", reason=reason, chars_after=after.chars, tokens_after=after.tokens,
         groups_after=ngroups - first, messages_removed=cut, **common,
-    )
+    ))
     return new, after, report
 
 
@@ -180,16 +146,17 @@ def _compress(
     kept: list[dict[str, Any]] | None = None
     content: str | list[dict[str, Any]] = fragment.content()
     if fragment.messages is not None:
-        offsets, group_chars = before.group(GROUPING_CODES[step.grouping.kind])
-        groups = len(group_chars)
+        grouping = GROUPING_CODES[step.grouping.kind]
+        if before.chars <= step.target_chars or step.keep_groups is None:
+            groups = before.kernel.groups(grouping)
         if before.chars <= step.target_chars:
             return fragment, before, unchanged("within-target", groups)
         if step.keep_groups is not None:
-            tail_group = paired_first_group(
-                fragment.messages, before, offsets, groups - min(step.keep_groups, groups)
+            _first, split, groups = before.kernel.cut(
+                fragment.messages, grouping, step.keep_groups, None
             )
-            split = int(offsets[tail_group])
-            content, kept = fragment.messages[:split], fragment.messages[split:]
+            content = list.__getitem__(fragment.messages, slice(None, split))
+            kept = list.__getitem__(fragment.messages, slice(split, None))
             if split == 0:
                 return fragment, before, unchanged("nothing-to-compress", groups)
     elif before.chars <= step.target_chars:
@@ -245,12 +212,10 @@ def _compress(
         )
     new = fragment.with_content(new_content)
     if after_measure is None:
-        after_measure = FragmentMeasure(
-            chars=after_chars, messages=1, opaque_parts=0, tokens=after_tokens
-        )
+        after_measure = FragmentMeasure(after_chars, 1, 0, after_tokens)
         groups_after = None
     else:
-        groups_after = len(after_measure.group(GROUPING_CODES[step.grouping.kind])[1])
+        groups_after = after_measure.kernel.groups(GROUPING_CODES[step.grouping.kind])
     report = StepReport(
         status="applied", reason="compressed", chars_after=after_chars, tokens_after=after_tokens,
         groups_before=groups, groups_after=groups_after,

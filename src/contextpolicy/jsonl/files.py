@@ -231,7 +231,12 @@ def read_range(
     return number, lines, starts
 
 
+_SPACE = frozenset(b" \t\n\r\x0b\x0c")
+
+
 def _blank(view: memoryview, start: int, stop: int) -> bool:
+    if view[start] not in _SPACE:  # a line that starts with anything else is not blank
+        return False
     head = bytes(view[start:min(stop, start + 64)])
     return head.isspace() and not bytes(view[start:stop]).strip()
 
@@ -602,7 +607,7 @@ class AtomicOutput:
             assert self.target is not None
             folder, name = os.path.split(self.target)
             fd, self._tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.", suffix=".tmp")
-            self.stream = os.fdopen(fd, "wb", buffering=1 << 20)
+            self.stream = os.fdopen(fd, "wb", buffering=1 << 18)
 
     def _failed(self, exc: OSError) -> FileError:
         return FileError(f"{self.name}: cannot write ({exc.strerror or exc})")

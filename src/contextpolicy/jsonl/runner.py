@@ -29,10 +29,12 @@ from typing import Any
 import numpy as np
 import orjson
 
-from ..core import process_context
+from .. import _kernel
+from ..core import fused_report, process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
-from ..plan import ContextPlan, Fragment, as_plan
-from ..policy import validate_context_policy
+from ..plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan
+from ..policy import ReducePolicy, validate_context_policy
+from ..prepared import prepare_policy
 from ..report import ContextReport
 from .files import (
     FileError,
@@ -79,6 +81,11 @@ def _streaming_gc() -> Iterator[None]:
         gc.unfreeze()
 
 
+# A line's figures: (triggered, target reached, chars before, chars after, messages before,
+# messages after, messages removed, groups removed, the codes of its warnings).
+Figures = tuple[bool, bool, int, int, int, int, int, int, list[str]]
+
+
 @dataclass
 class LineResult:
     """What one input line became."""
@@ -86,7 +93,7 @@ class LineResult:
     line: int
     output: bytes | None = None
     report: bytes | None = None
-    figures: dict[str, Any] | None = None
+    figures: Figures | None = None
     error: str | None = None
     violation: bool = False
 
@@ -120,18 +127,22 @@ class Summary:
             self.skipped += 1
             self.skipped_lines.append({"line": result.line, "error": result.error})
             return
-        f = result.figures or {}
+        assert result.figures is not None
+        triggered, reached, c_before, c_after, m_before, m_after, removed, groups, warnings = (
+            result.figures
+        )
         self.conversations += 1
-        self.triggered += bool(f["triggered"])
-        self.target_reached += bool(f["targetReached"])
-        self.audit_violations += bool(result.violation)
-        self.chars_before += f["charsBefore"]
-        self.chars_after += f["charsAfter"]
-        self.messages_before += f["messagesBefore"]
-        self.messages_after += f["messagesAfter"]
-        self.messages_removed += f["messagesRemoved"]
-        self.groups_removed += f["groupsRemoved"]
-        self.warnings.update(f["warnings"])
+        self.triggered += triggered
+        self.target_reached += reached
+        self.audit_violations += result.violation
+        self.chars_before += c_before
+        self.chars_after += c_after
+        self.messages_before += m_before
+        self.messages_after += m_after
+        self.messages_removed += removed
+        self.groups_removed += groups
+        if warnings:
+            self.warnings.update(warnings)
 
     def to_json_dict(self) -> dict[str, Any]:
         seconds = max(self.seconds, 1e-9)
@@ -156,23 +167,28 @@ class Summary:
         }
 
 
-def _figures(report: ContextReport) -> dict[str, Any]:
+def _figures(report: ContextReport) -> Figures:
     removed = sum(s.messages_removed for s in report.steps if s.status == "applied")
     groups = sum(
         (s.groups_before or 0) - (s.groups_after or 0)
         for s in report.steps if s.status == "applied" and s.kind == "trim"
     )
-    return {
-        "triggered": report.triggered,
-        "targetReached": bool(report.target_reached),
-        "charsBefore": report.before.chars,
-        "charsAfter": report.after.chars,
-        "messagesBefore": report.before.messages,
-        "messagesAfter": report.after.messages,
-        "messagesRemoved": removed,
-        "groupsRemoved": groups,
-        "warnings": Counter(w.code for w in report.warnings),
-    }
+    return (report.triggered, bool(report.target_reached), report.before.chars,
+            report.after.chars, report.before.messages, report.after.messages, removed, groups,
+            [w.code for w in report.warnings])
+
+
+def _fused_figures(raw: tuple[Any, ...], target_reached: bool) -> Figures:
+    """:func:`_figures` of a run the kernel did in one call (``_kernel.reduce_transcript``), from
+    its records (a test holds the two to each other)."""
+    removed = groups = 0
+    for d in raw[4]:
+        if d[0] == "applied":
+            removed += d[6]
+            groups += d[4] - d[5]
+    totals = raw[8]
+    return (raw[0], target_reached, totals[0], totals[3], totals[1], totals[4], removed, groups,
+            [w[2] for w in raw[5]])
 
 
 def _with_empty_history(plan: ContextPlan) -> ContextPlan:
@@ -270,6 +286,7 @@ class _Worker:
 
     def __init__(self, policy: dict[str, Any], with_reports: bool) -> None:
         self.policy = validate_context_policy(policy)
+        self.prepared = prepare_policy(self.policy)
         self.policy_doc = policy
         self.with_reports = with_reports
         self._files: dict[str, int] = {}  # open input files, by path
@@ -284,6 +301,14 @@ class _Worker:
         self.needs_history = "history" in (
             [s.get("fragmentId") for s in doc.get("steps", [])] + doc.get("mutableFragmentIds", [])
         )
+        # A transcript in one kernel call (_kernel.reduce_transcript) when the policy is one the
+        # kernel runs and names no fragment but the history, which may change and holds messages.
+        prepared = self.prepared
+        self.fused = prepared._fused if all(
+            name == "history" for name, _ in prepared._fragment_refs
+        ) else None
+        self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
+                                 for fid in ("system", "history", "question")}
 
     def line(self, number: int, raw: bytes | memoryview) -> LineResult:
         exact = number in self._exact if self._checked else bool(long_digit_runs(raw))
@@ -318,7 +343,10 @@ class _Worker:
             plan = as_plan(plan_doc)
             transcript = False
         elif "messages" in doc:
-            plan = ContextPlan.from_messages(doc["messages"])
+            messages = doc["messages"]
+            if self.fused is not None and type(messages) is list:
+                return self._fused(number, doc, messages, self.fused)
+            plan = ContextPlan.from_messages(messages)
             if self.needs_history and not any(f.id == "history" for f in plan.fragments):
                 plan = _with_empty_history(plan)
             transcript = True
@@ -352,6 +380,26 @@ class _Worker:
             # The line number is put in front by the caller, who knows where the batch began.
             entry = {"id": doc.get("id"), "report": report.model_dump(by_alias=True, mode="json")}
             line.report = dumps(entry)
+        return line
+
+    def _fused(
+        self, number: int, doc: dict[str, Any], messages: list[Any],
+        steps: tuple[tuple[str, int, int, int], ...],
+    ) -> LineResult:
+        prepared = self.prepared
+        raw = _kernel.reduce_transcript(messages, steps, prepared._trigger, prepared._watermark,
+                                        self.needs_history)
+        out = dict(doc)
+        out["messages"] = raw[6]
+        policy = prepared.policy
+        after_chars = raw[8][3]
+        reached = not (prepared._watermark >= 0 and after_chars > prepared._watermark) if type(
+            policy) is ReducePolicy else False
+        line = LineResult(number, output=dumps(out) + b"\n", figures=_fused_figures(raw, reached))
+        if self.with_reports:
+            kinds = self.transcript_kinds
+            data = fused_report(prepared, raw, [kinds[fid] for fid in raw[7]])
+            line.report = dumps({"id": doc.get("id"), "report": data.json()})
         return line
 
     def in_worker_process(self) -> _Worker:

@@ -1,0 +1,290 @@
+"""A prepared policy: a policy, its handlers and its counter checked once, for many calls.
+
+``process_context`` does only per-plan work with one: the policy's references are checked
+against the plan's fragment ids and kinds in O(fragments), and nothing is validated again. A
+typed policy (what :func:`validate_context_policy` returns) and a policy document are prepared
+on first use and kept (a bounded cache: a document by its exact JSON bytes, a typed policy by
+identity), so they are fast too; the figures of all three are the same.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import orjson
+
+from ._tables import GROUPING_CODES
+from .accounting import TokenCounter, as_counter
+from .errors import ContextPolicyError, Issue
+from .implementations import DEFAULT_IMPLEMENTATIONS
+from .plan import PROTECTED_KINDS, ContextPlan
+from .policy import AuditPolicy, ReducePolicy, TypedPolicy
+from .policy.models import TrimStep, ValidatePolicy
+from .policy.validation import dedupe, policy_issues, references, uses_tokens
+
+__all__ = ["PreparedPolicy", "check_arguments", "prepare_policy", "prepared_for_call"]
+
+TYPED = (ValidatePolicy, ReducePolicy, AuditPolicy)
+
+
+class PreparedPolicy:
+    """A policy with its handlers and counter, checked once: pass it to ``process_context``
+    (and the async entry points) in place of the policy, without ``handlers`` or ``counter``.
+
+    ``policy`` is the typed policy, ``handlers`` the registered handlers, ``counter`` the
+    :class:`TokenCounter` (or ``None``), ``mode`` the policy's mode.
+    """
+
+    __slots__ = ("_async", "_fragment_refs", "_fused", "_handler_names", "_items", "_token_key",
+                 "_trigger", "_watermark", "counter", "handlers", "mode", "policy")
+    _async: bool
+    _fragment_refs: tuple[tuple[str, str], ...]
+    _fused: tuple[tuple[str, int, int, int], ...] | None
+    _handler_names: tuple[str, ...]
+    _items: tuple[Any, ...]
+    _token_key: str | None
+    _trigger: int
+    _watermark: int
+    counter: TokenCounter | None
+    handlers: dict[str, Callable[..., Any]]
+    mode: str
+    policy: TypedPolicy
+
+    def __init__(self) -> None:
+        raise TypeError("use prepare_policy(policy, handlers=..., counter=...)")
+
+    @classmethod
+    def _of(cls, typed: TypedPolicy, handlers: dict[str, Callable[..., Any]],
+            counter: TokenCounter | None) -> PreparedPolicy:
+        self = object.__new__(cls)
+        self.policy, self.handlers, self.counter, self.mode = typed, handlers, counter, typed.mode
+        refs = references(typed)
+        self._fragment_refs = tuple((r.name, r.what) for r in refs if r.what != "handler")
+        self._handler_names = tuple(r.name for r in refs if r.what == "handler")
+        self._token_key = uses_tokens(typed)
+        # Handlers a sync call cannot run.
+        self._async = any(
+            r.what == "handler" and _is_async_callable(handlers.get(r.name)) for r in refs
+        )
+        self._items = _items(typed)
+        self._fused, self._trigger, self._watermark = _fused_spec(typed, counter)
+        return self
+
+    def __repr__(self) -> str:
+        return (f"PreparedPolicy(mode={self.mode!r}, handlers={sorted(self.handlers)}, "
+                f"counter={'yes' if self.counter is not None else 'none'})")
+
+    def fits(self, plan: ContextPlan, is_async: bool) -> bool:
+        """The policy applies to ``plan`` as it is: every fragment it names is there, may
+        change and holds messages where a step needs them; handlers this call can run; an
+        original for an audit. ``False``: the full check says what is wrong."""
+        if self._async and not is_async:
+            return False
+        policy = self.policy
+        if type(policy) is AuditPolicy and plan.original is None:
+            return False
+        if not self._fragment_refs:
+            return True
+        fragments = plan.fragments
+        if type(policy) is AuditPolicy:
+            # An audit names fragments of the original too; protection as it was originally
+            # (the original's come first).
+            fragments = list(plan.original or ()) + fragments
+        for name, what in self._fragment_refs:
+            f = None
+            for candidate in fragments:  # a plan has a handful of fragments: no dict to build
+                if candidate.id == name:
+                    f = candidate
+                    break
+            if f is None:
+                if what != "keep-groups":  # its fragmentId already says so
+                    return False
+                continue
+            protected = f.kind in PROTECTED_KINDS or bool(f.protected)
+            if what == "keep-groups":
+                if f.messages is None and not protected:
+                    return False
+            elif protected or (what == "trim" and f.messages is None):
+                return False
+        return True
+
+    def current(self, typed: TypedPolicy) -> bool:
+        """``typed`` still holds what this was prepared from (its lists are the caller's, and
+        could have changed in place)."""
+        return _items(typed) == self._items
+
+
+def _fused_spec(
+    typed: TypedPolicy, counter: TokenCounter | None
+) -> tuple[tuple[tuple[str, int, int, int], ...] | None, int, int]:
+    """The kernel's form of a policy it runs in one call (``_kernel.reduce_plan``): validate, or
+    a reduce whose steps are all trims, by chars, without a counter. ``None`` otherwise."""
+    if counter is not None:
+        return None, -1, -1
+    if type(typed) is ValidatePolicy:
+        return (), -1, -1
+    if type(typed) is not ReducePolicy or typed.uses_tokens or not all(
+        type(step) is TrimStep for step in typed.steps
+    ):
+        return None, -1, -1
+    steps = tuple((step.fragment_id, GROUPING_CODES[step.grouping.kind], step.keep_groups,
+                   step.target_chars) for step in typed.steps if isinstance(step, TrimStep))
+    trigger, watermark = typed.trigger_chars, typed.watermark_chars
+    return steps, -1 if trigger is None else trigger, -1 if watermark is None else watermark
+
+
+def _items(typed: TypedPolicy) -> tuple[Any, ...]:
+    # The steps by identity, or the mutable ids: what a typed policy's lists hold.
+    if type(typed) is ReducePolicy:
+        return tuple(map(id, list.copy(typed.steps)))
+    if type(typed) is AuditPolicy:
+        return tuple(list.copy(typed.mutable_fragment_ids))
+    return ()
+
+
+def _is_async_callable(fn: Any) -> bool:
+    return fn is not None and (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004
+    ))
+
+
+def check_arguments(
+    handlers: Any, cancel: Any, on_step_error: Any, implementations: Any, on_event: Any = None,
+) -> None:
+    """Every bad argument of a ``process_context`` call at once, each with its name as path."""
+    issues: list[Issue] = []
+    if on_step_error not in ("continue", "raise"):
+        issues.append(Issue("on_step_error", f"expected 'continue' or 'raise', got "
+                            f"{on_step_error!r}", "invalid-option"))
+    if cancel is not None and not callable(getattr(cancel, "is_set", None)):
+        issues.append(Issue("cancel", "expected an object with is_set() (threading.Event), got "
+                            f"{type(cancel).__name__}", "invalid-option"))
+    if on_event is not None and not callable(on_event):
+        issues.append(Issue("on_event", "expected a callable that takes a ContextEvent, got "
+                            f"{type(on_event).__name__}", "invalid-option"))
+    for name, value, what in (
+        ("handlers", handlers, "handler id"), ("implementations", implementations, "mode"),
+    ):
+        if value is None:
+            continue
+        if not isinstance(value, Mapping):
+            issues.append(Issue(name, f"expected a mapping of {what} to callable, got "
+                                f"{type(value).__name__}", f"invalid-{name}-argument"))
+            continue
+        for key, fn in value.items():
+            if not isinstance(key, str):
+                issues.append(Issue(name, f"expected {what}s as strings, got "
+                                    f"{type(key).__name__} {key!r}", f"invalid-{name}-argument"))
+            elif name == "implementations" and key not in DEFAULT_IMPLEMENTATIONS:
+                issues.append(Issue(f"{name}.{key}", f"unknown mode {key!r}; expected validate, "
+                                    "reduce or audit", "invalid-option"))
+            elif not callable(fn):
+                issues.append(Issue(f"{name}.{key}", f"expected a callable, got "
+                                    f"{type(fn).__name__}", "handler-not-callable"
+                                    if name == "handlers" else "invalid-option"))
+    if issues:
+        raise ContextPolicyError(issues)
+
+
+def prepare_policy(
+    policy: Any,
+    *,
+    handlers: Mapping[str, Callable[..., Any]] | None = None,
+    counter: Any = None,
+) -> PreparedPolicy:
+    """Check a policy (a document, a typed policy or a prepared one), its handlers and its
+    counter once, and return a :class:`PreparedPolicy` for many ``process_context`` calls.
+
+    Raises :class:`ContextPolicyError` with every problem at once: the policy's fields and
+    rules, handlers that are not callables, ``handlerId`` references to handlers not given,
+    token watermarks without a counter. References to fragments are checked against each plan.
+    """
+    if isinstance(policy, PreparedPolicy):
+        policy = policy.policy
+    check_arguments(handlers, None, "continue", None)
+    tc = as_counter(counter)
+    given = dict(handlers or {})
+    typed, issues = policy_issues(policy, None, given)
+    token_key = uses_tokens(typed if typed is not None else policy)
+    if token_key is not None and tc is None:
+        issues.append(Issue(
+            token_key, "token watermarks need a token counter (pass counter=...); tokens are "
+            "never guessed from characters", "tokens-without-counter",
+        ))
+    if issues:
+        raise ContextPolicyError(dedupe(issues))
+    assert typed is not None
+    return PreparedPolicy._of(typed, given, tc)
+
+
+# Policies prepared on first use: a document by its exact JSON bytes, a typed policy by identity
+# (held here, so its id stays its own). Bounded: the oldest entries go first. Each entry is the
+# policy alone (no handlers, no counter); a call's handlers and counter are checked against it.
+CACHE_SIZE = 128
+_cache: OrderedDict[Any, tuple[Any, PreparedPolicy]] = OrderedDict()
+
+
+def _document_key(policy: Any) -> bytes | None:
+    """A document's exact content as a cache key, or ``None`` when bytes cannot stand for it:
+    subclasses (whose methods validation would ask), values JSON cannot hold, and ``null``
+    (orjson writes NaN and infinities as null too)."""
+    try:
+        key = orjson.dumps(policy, option=orjson.OPT_PASSTHROUGH_SUBCLASS)
+    except (TypeError, orjson.JSONEncodeError):
+        return None
+    return None if b"null" in key else key
+
+
+def _bare(policy: Any) -> PreparedPolicy | None:
+    """The policy alone, prepared (cached), or ``None`` when it does not validate."""
+    if type(policy) is dict:
+        key: Any = _document_key(policy)
+        if key is None:
+            return None
+    elif isinstance(policy, TYPED):
+        key = id(policy)
+    else:
+        return None
+    found = _cache.get(key)
+    if found is not None and (found[0] is policy or type(key) is bytes):
+        if type(key) is bytes or found[1].current(policy):
+            return found[1]
+    typed, issues = policy_issues(policy, None, None)
+    if issues or typed is None:
+        return None
+    prepared = PreparedPolicy._of(typed, {}, None)
+    _cache[key] = (policy if type(key) is not bytes else None, prepared)
+    if len(_cache) > CACHE_SIZE:
+        _cache.popitem(last=False)
+    return prepared
+
+
+def prepared_for_call(policy: Any, handlers: Any, counter: Any) -> PreparedPolicy | None:
+    """The prepared form of a call's policy, handlers and counter when they check out without
+    the plan; ``None`` when they do not, and the full check is to say what is wrong (every
+    issue at once)."""
+    if type(policy) is PreparedPolicy:
+        if handlers is not None or counter is not None:
+            raise ContextPolicyError(
+                "a prepared policy carries its handlers and counter; pass them to "
+                "prepare_policy(...)", path="handlers" if handlers is not None else "counter",
+                code="invalid-option",
+            )
+        return policy if policy.current(policy.policy) else None
+    bare = _bare(policy)
+    if bare is None:
+        return None
+    if handlers is None and counter is None:
+        if bare._handler_names or bare._token_key is not None:
+            return None
+        return bare
+    given = dict(handlers or {})
+    tc = as_counter(counter)
+    if any(name not in given for name in bare._handler_names) or (
+        bare._token_key is not None and tc is None
+    ):
+        return None
+    return PreparedPolicy._of(bare.policy, given, tc)
