@@ -911,6 +911,8 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
             done.append(("skipped", "not-triggered" if not fired else "target-reached",
                          None, None, None, None, 0))
             continue
+        if fid not in ids:
+            raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
         i = ids.index(fid)
         m = <Measure>measures[i]
         messages = lists[i]

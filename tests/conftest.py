@@ -26,14 +26,19 @@ def _same(a: Any, b: Any) -> bool:
 
 @pytest.fixture(scope="session")
 def differential(kernels: list[ModuleType]) -> Callable[..., Any]:
-    """``differential("measure_messages", msgs)``: call every implementation, assert equal
+    """``differential("measure_messages", msgs)`` (or ``differential(fn, msgs)``, which calls
+    ``fn(kernel, msgs)``): call every implementation, assert equal
     results (or the same exception type and message), return the shared result or raise."""
 
-    def run(name: str, *args: Any, **kwargs: Any) -> Any:
+    def run(name: str | Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        # A kernel function's name, or a function of (kernel, *args) for what needs more than
+        # one call (a Measure's methods).
         outcomes = []
         for k in kernels:
+            call = (lambda *a, _k=k, **kw: name(_k, *a, **kw)) if callable(name) else getattr(
+                k, name)
             try:
-                outcomes.append(("ok", getattr(k, name)(*args, **kwargs)))
+                outcomes.append(("ok", call(*args, **kwargs)))
             except (ContextError, ValueError, TypeError) as exc:
                 # Errors the kernels are documented to raise; anything else (an
                 # AssertionError, a RecursionError) propagates as it is, readable.

@@ -3,8 +3,9 @@
 ``python -m tests.fuzz_kernel N`` (from the project root) draws N histories with hypothesis,
 turns each into a hostile one (subclasses whose methods lie, str-subclass keys, tool inputs
 whose ``items()`` changes the history while it is measured, cycles, deep nesting), builds it
-afresh for each kernel, measures it, takes its text pieces and checks its tool pairing on every
-kernel, and exits non-zero at the first disagreement. It prints the number of cases run and the
+afresh for each kernel, measures it, takes its text pieces and checks its tool pairing, measures
+it into a ``Measure`` and cuts, tails and pairs that, and splits and reduces it as a transcript
+(``reduce_transcript``) on every kernel, and exits non-zero at the first disagreement. It prints the number of cases run and the
 time taken. The test suite runs it in a subprocess, so a crash fails a test.
 """
 
@@ -92,6 +93,8 @@ def hostile(history: list[Any], seed: int) -> list[Any]:
 
 
 def _run(kernel: Any, history: list[Any], seed: int) -> Any:
+    # Each call on a hostile history of its own, built afresh from the seed: what one call's
+    # Python code did to its history never reaches the next.
     def measure(k: Any) -> Any:
         msgs = hostile(history, seed)
         roles, chars, flags, opaque = k.measure_messages(msgs, "h")
@@ -100,7 +103,24 @@ def _run(kernel: Any, history: list[Any], seed: int) -> Any:
         pairing = k.tool_pairing(msgs, flags)
         return [roles.tolist(), chars.tolist(), flags.tolist(), opaque.tolist(), pieces, pairing]
 
-    return outcome(measure, kernel)
+    def measured(k: Any) -> Any:
+        msgs = hostile(history, seed)
+        m = k.measure(msgs, "h")
+        figures = [m.chars, m.messages, m.opaque_parts, m.tool_traffic, m.groups(0), m.groups(1)]
+        figures += [m.cut(msgs, 0, 1, 200), m.cut(msgs, 1, 0, None), m.cut(msgs, 0, 0, 0)]
+        tail = m.tail(min(1, m.messages))
+        return figures + [tail.chars, tail.messages, m.pairing(msgs), m.pairing(msgs, 1)
+                          if m.messages else []]
+
+    def reduced(k: Any) -> Any:
+        msgs = hostile(history, seed)
+        head, tail = k.split_transcript(msgs)
+        raw = k.reduce_transcript(hostile(history, seed), (("history", 0, 1, 300),
+                                                           ("history", 1, 0, 100)), 200, 50, True)
+        # Figures only: the assembled messages are hostile objects, compared by their count.
+        return [head, tail, raw[0], raw[1], raw[2], raw[4], raw[5], raw[7], raw[8], len(raw[6])]
+
+    return [outcome(fn, kernel) for fn in (measure, measured, reduced)]
 
 
 COUNT = [0]
@@ -115,9 +135,10 @@ def check(history: list[Any], seed: int) -> None:
     first = next(iter(results.values()))
     for name, result in results.items():
         assert result == first, f"seed {seed}: kernels disagree:\n{results}"
-        if "raised" in result:
-            assert result["raised"] in ("ContextPlanError",), (name, result)
-    RAISED[0] += "raised" in first
+        for each in result:
+            if "raised" in each:
+                assert each["raised"] in ("ContextPlanError",), (name, result)
+    RAISED[0] += "raised" in first[0]
 
 
 def main(examples: int) -> None:

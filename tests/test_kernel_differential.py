@@ -134,3 +134,92 @@ def test_utf8_lengths_agree_on_long_strings(differential, strings, data):
             encoded[row].decode("utf-8")
         return
     assert counts.tolist() == [len(e.decode("utf-8")) for e in encoded]
+
+
+def _measured(k, history, keep, target, start):
+    # What a Measure gives: figures, arrays, cuts, tails and pairing.
+    m = k.measure(history, "h")
+    out = [m.chars, m.messages, m.opaque_parts, m.tool_traffic, m.arrays()]
+    for grouping in (0, 1):
+        out += [m.groups(grouping), m.cut(history, grouping, keep, target),
+                m.cut(history, grouping, keep, None)]
+    start = min(start, m.messages)
+    tail = m.tail(start)
+    out += [tail.chars, tail.messages, tail.opaque_parts, tail.tool_traffic, tail.arrays(),
+            m.pairing(history, start)]
+    return out
+
+
+@SETTINGS
+@given(histories(allow_bad=True), st.integers(0, 6), st.integers(0, 20_000), st.integers(0, 30))
+def test_measure_objects_agree(differential, history, keep, target, start):
+    try:
+        out = differential(_measured, history, keep, target, start)
+    except ContextPlanError:
+        return
+    # The same figures as the array path.
+    roles, chars, flags, opaque = differential("measure_messages", history, "h")
+    assert out[:3] == [int(chars.sum()), len(chars), int(opaque.sum())]
+    for grouping, cut in ((0, out[6]), (1, out[9])):
+        offsets, group_chars = differential("group_offsets", flags, chars, grouping)
+        assert cut[2] == len(group_chars) and cut[1] == int(offsets[cut[0]])
+        # Never an orphaned result that the uncut history had answered.
+        kept = history[cut[1]:]
+        orphans = {cid for _, code, cid in differential("tool_pairing", kept, flags[cut[1]:])
+                   if code == "orphan-tool-result"}
+        before = {cid for _, code, cid in differential("tool_pairing", history, flags)
+                  if code == "orphan-tool-result"}
+        assert orphans <= before | {None}
+
+
+def _split(k, history):
+    return k.split_transcript(history)
+
+
+@SETTINGS
+@given(histories(allow_bad=True) | st.lists(st.sampled_from(
+    [{"role": "system", "content": "s"}, {"role": "developer", "content": "d"},
+     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "a", "content": "r"}]},
+     {"role": "user", "content": "q"}, {"role": 3}, "x"]), max_size=6))
+def test_transcript_split_agrees_with_from_messages(differential, history):
+    from contextpolicy import ContextPlan
+
+    try:
+        head, tail = differential("split_transcript", history)
+    except ContextPlanError:
+        return
+    plan = ContextPlan.from_messages(history)
+    sizes = {f.id: len(f.messages) for f in plan.fragments}
+    assert (sizes.get("system", 0), sizes.get("system", 0) + sizes.get("history", 0)) == (
+        head, tail)
+
+
+@SETTINGS
+@given(histories(allow_bad=True), st.lists(st.tuples(
+    st.sampled_from([0, 1]), st.integers(0, 5), st.integers(0, 8_000)), max_size=3),
+    st.integers(-1, 6_000), st.integers(-1, 6_000), st.booleans())
+def test_one_call_reductions_agree(differential, history, trims, trigger, watermark, with_history):
+    from contextpolicy import ContextPlan
+
+    steps = tuple(("history", g, keep, target) for g, keep, target in trims)
+    system = [{"role": "system", "content": "rules"}]
+    transcript = [*system, *history, {"role": "user", "content": "question?"}]
+    try:
+        raw = differential("reduce_transcript", transcript, steps, trigger, watermark,
+                           with_history)
+    except ContextPlanError:
+        return
+    except ValueError as exc:  # a trim of a history the transcript does not have
+        assert "names fragment 'history'" in str(exc) and not with_history
+        return
+    plan = ContextPlan.from_messages(transcript)
+    has_history = any(f.id == "history" for f in plan.fragments)
+    if has_history or not (steps or with_history):
+        assert differential("reduce_plan", plan.fragments, steps, trigger, watermark) == raw
+    fired, before, after, kept, done, _warnings, assembled, ids, totals = raw
+    assert totals == tuple(sum(f[k] for f in before) for k in range(3)) + tuple(
+        sum(f[k] for f in after) for k in range(3))
+    assert len(done) == len(steps)
+    # The assembled input is the fragments as they ended, and its measure is the figures.
+    roles, chars, flags, opaque = differential("measure_messages", assembled)
+    assert (int(chars.sum()), len(chars), int(opaque.sum())) == totals[3:]

@@ -632,8 +632,12 @@ def _reduce(
             done.append(("skipped", "not-triggered" if not fired else "target-reached",
                          None, None, None, None, 0))
             continue
+        if fid not in ids:
+            raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
         i = ids.index(fid)
         m = measures[i][3]
+        if m is None:
+            raise TypeError(f"expected a list of messages, got {type(lists[i]).__name__}")
         first, cut, ngroups = m.cut(lists[i], grouping, keep_groups, target)
         if cut == 0:
             reason = "within-target" if m.chars <= target else "keep-groups-floor"

@@ -480,8 +480,8 @@ class _Run:
                      for f, m in zip(olds, measures_before, strict=True))
         for f, m, new, a in pairs:
             fragments.append((
-                f.id, f.kind, f.kind in PROTECTED_KINDS or bool(f.protected), m.chars, m.tokens,
-                m.messages, a.chars if a else None, a.tokens if a else None,
+                f.id, f.kind, f.kind in PROTECTED_KINDS or bool(f.protected), m.chars,
+                a.chars if a else None, m.tokens, a.tokens if a else None, m.messages,
                 a.messages if a else None, new is not f,
             ))
         found: list[PlanWarning] = []
@@ -560,7 +560,7 @@ def fused_report(
     fired, before, after, kept, done, found, _input, ids, totals = raw
     policy = prepared.policy
     records = [
-        (fid, kind, protected, b[0], None, b[1], a[0], None, a[1], k is not None)
+        (fid, kind, protected, b[0], a[0], None, None, b[1], a[1], k is not None)
         for fid, (kind, protected), b, a, k in zip(ids, kinds, before, after, kept, strict=True)
     ]
     steps = [

@@ -204,12 +204,22 @@ def prepare_policy(
     """
     if isinstance(policy, PreparedPolicy):
         policy = policy.policy
-    check_arguments(handlers, None, "continue", None)
-    tc = as_counter(counter)
-    given = dict(handlers or {})
-    typed, issues = policy_issues(policy, None, given)
+    issues: list[Issue] = []
+    try:
+        check_arguments(handlers, None, "continue", None)
+    except ContextPolicyError as exc:
+        issues += exc.issues
+    tc = None
+    try:
+        tc = as_counter(counter)
+    except ContextPolicyError as exc:
+        issues += exc.issues
+        counter = None
+    given = dict(handlers) if isinstance(handlers, Mapping) else {}
+    typed, more = policy_issues(policy, None, given)
+    issues += more
     token_key = uses_tokens(typed if typed is not None else policy)
-    if token_key is not None and tc is None:
+    if token_key is not None and counter is None:
         issues.append(Issue(
             token_key, "token watermarks need a token counter (pass counter=...); tokens are "
             "never guessed from characters", "tokens-without-counter",

@@ -289,12 +289,10 @@ def flat_json(model: StepReport | PlanWarning) -> dict[str, Any]:
     return {alias: values[name] for name, alias in keys}
 
 
-# FragmentUsage records: (id, kind, protected, chars_before, tokens_before, messages_before,
-# chars_after, tokens_after, messages_after, changed).
-_USAGE_FIELDS = ("id", "kind", "protected", "chars_before", "tokens_before", "messages_before",
-                 "chars_after", "tokens_after", "messages_after", "changed")
-_USAGE_ALIASES = ("id", "kind", "protected", "charsBefore", "tokensBefore", "messagesBefore",
-                  "charsAfter", "tokensAfter", "messagesAfter", "changed")
+# FragmentUsage records: its fields in order (id, kind, protected, chars_before, chars_after,
+# tokens_before, tokens_after, messages_before, messages_after, changed).
+_USAGE_FIELDS = tuple(name for name, _ in _aliases(FragmentUsage))
+_USAGE_ALIASES = tuple(alias for _, alias in _aliases(FragmentUsage))
 
 
 class ReportData:

@@ -1,0 +1,259 @@
+"""The one-call paths agree with the step-by-step run, figure for figure.
+
+``process_context`` runs validate, and a reduce whose steps are all trims by chars, in one kernel
+call (``_kernel.reduce_plan``) when nothing needs the steps one by one (no counter, listener,
+cancel, handler or custom implementation); the JSONL runner runs such transcripts through
+``_kernel.reduce_transcript`` without building a plan. A listener forces the step-by-step run,
+so the two can be compared on the same plan: the same input (the same message objects), the
+same report (as models and as JSON, byte for byte), the same plan.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import orjson
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextpolicy import (
+    ContextPlan,
+    Fragment,
+    PreparedPolicy,
+    prepare_policy,
+    process_context,
+    validate_context_policy,
+)
+from contextpolicy import _kernel as kernel
+from contextpolicy.jsonl.runner import _Worker
+from contextpolicy.synthetic import (
+    SEED_POLICY,
+    agent_trace_corpus,
+    chat_corpus,
+    long_transcript_corpus,
+)
+
+from .test_properties import plans
+
+# The whole pipeline runs on the compiled kernel and on the twin: ids [c] and [py].
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
+SETTINGS = settings(
+    max_examples=120, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+@pytest.fixture
+def calls(monkeypatch):
+    """How often each one-call kernel function ran."""
+    seen = {"reduce_plan": 0, "reduce_transcript": 0}
+    for name in seen:
+        real = getattr(kernel, name)
+
+        def spy(*args, _real=real, _name=name, **kwargs):
+            seen[_name] += 1
+            return _real(*args, **kwargs)
+
+        monkeypatch.setattr(kernel, name, spy)
+    return seen
+
+
+def step_by_step(plan, policy, **kwargs):
+    return process_context(plan, policy, on_event=lambda event: None, **kwargs)
+
+
+def assert_same(fast, slow, plan):
+    # The same message objects; a text fragment's message is made anew, with the same content.
+    given = {id(m) for f in plan.fragments if f.messages is not None for m in f.messages}
+    assert fast.input == slow.input
+    for a, b in zip(fast.input, slow.input, strict=True):
+        assert a is b if id(b) in given else id(a) not in given
+    # Byte for byte: the same keys in the same order, the same values.
+    assert orjson.dumps(fast.report_json()) == orjson.dumps(slow.report_json())
+    assert fast.report == slow.report
+    assert orjson.dumps(fast.report.to_json_dict()) == orjson.dumps(slow.report.to_json_dict())
+    assert fast.plan.model_dump() == slow.plan.model_dump()
+    for a, b in zip(fast.plan.fragments, slow.plan.fragments, strict=True):
+        assert (a.messages is None) == (b.messages is None)
+        if a.messages is not None:
+            assert all(x is y for x, y in zip(a.messages, b.messages, strict=True))
+
+
+def transcripts():
+    return (chat_corpus(60, seed=1) + agent_trace_corpus(6, seed=2)
+            + long_transcript_corpus(2, seed=3))
+
+
+TRIMS = [
+    SEED_POLICY,
+    {"mode": "validate"},
+    {"mode": "reduce", "triggerChars": 500, "steps": [
+        {"id": "a", "kind": "trim", "fragmentId": "history", "grouping": {"kind": "message"},
+         "keepGroups": 0, "targetChars": 300},
+        {"id": "b", "kind": "trim", "fragmentId": "history", "keepGroups": 1,
+         "targetChars": 100}]},
+    {"mode": "reduce", "triggerChars": 10**9, "steps": [
+        {"id": "a", "kind": "trim", "fragmentId": "history", "keepGroups": 0,
+         "targetChars": 0}]},
+]
+
+
+@pytest.mark.parametrize("policy", TRIMS, ids=["seed", "validate", "two-trims", "untriggered"])
+def test_one_call_equals_step_by_step_on_the_corpora(policy, calls):
+    typed = validate_context_policy(policy)
+    prepared = prepare_policy(policy)
+    ran = 0
+    for messages in transcripts():
+        plan = ContextPlan.from_messages(messages)
+        if policy["mode"] == "reduce" and not any(f.id == "history" for f in plan.fragments):
+            continue
+        snapshot = copy.deepcopy(messages)
+        slow = step_by_step(plan, typed)
+        for given_policy in (policy, typed, prepared):
+            assert_same(process_context(plan, given_policy), slow, plan)
+        assert messages == snapshot  # the caller's data, untouched
+        ran += 1
+    assert ran > 40
+    assert calls["reduce_plan"] == 3 * ran  # the one-call path did run, every time
+
+
+@SETTINGS
+@given(plans(), st.data())
+def test_one_call_equals_step_by_step_on_any_plan(plan, data):
+    trims = []
+    for i in range(data.draw(st.integers(1, 3))):
+        fragment = data.draw(st.sampled_from(
+            [f for f in plan.fragments if f.messages is not None and not f.is_protected]
+        ))
+        trims.append({"id": f"t{i}", "kind": "trim", "fragmentId": fragment.id,
+                      "grouping": {"kind": data.draw(st.sampled_from(["user-turn", "message"]))},
+                      "keepGroups": data.draw(st.integers(0, 5)),
+                      "targetChars": data.draw(st.integers(0, 3000))})
+    policy = {"mode": "reduce", "triggerChars": data.draw(st.integers(1, 5000)), "steps": trims}
+    if data.draw(st.booleans()):
+        policy["targetInputChars"] = data.draw(st.integers(1, policy["triggerChars"]))
+    for given_policy in (policy, {"mode": "validate"}):
+        assert_same(process_context(plan, given_policy), step_by_step(plan, given_policy), plan)
+
+
+def test_the_step_by_step_run_serves_what_one_call_cannot(calls):
+    plan = ContextPlan.from_messages(chat_corpus(5, seed=9)[3])
+    for kwargs in ({"counter": len}, {"on_event": lambda event: None}, {"handlers": {}},
+                   {"implementations": {}}):
+        process_context(plan, {"mode": "validate"}, **kwargs)
+    assert calls["reduce_plan"] == 0
+    # A fragment of a subclass is read as it says, step by step.
+
+    class Mine(Fragment):
+        pass
+
+    mine = ContextPlan(fragments=[Mine(id="h", kind="history", messages=[
+        {"role": "user", "content": "hi"}])])
+    assert process_context(mine, {"mode": "validate"}).report.before.chars == 2
+    assert calls["reduce_plan"] == 1  # asked, and it declined
+
+
+def test_the_runner_in_one_call_equals_the_runner_step_by_step(calls):
+    lines = [orjson.dumps({"id": f"c{i}", "messages": m, "extra": 12345678901234567890 % 97})
+             for i, m in enumerate(transcripts())]
+    for policy in TRIMS:
+        fast, slow = _Worker(policy, with_reports=True), _Worker(policy, with_reports=True)
+        assert fast.fused is not None
+        slow.fused = None  # the plan path: from_messages, process_context
+        before = calls["reduce_transcript"]
+        for number, raw in enumerate(lines, 1):
+            a, b = fast.line(number, raw), slow.line(number, raw)
+            assert (a.output, a.report, a.figures, a.error) == (
+                b.output, b.report, b.figures, b.error)
+        assert calls["reduce_transcript"] - before == len(lines)
+
+
+def test_the_runner_errors_are_the_same_in_one_call():
+    bad = [
+        [{"role": "user", "content": 5}],
+        [{"role": "system", "content": "s"}, {"content": "no role"}],
+        [{"role": "user", "content": "q"}, 7],
+        [{"role": "assistant", "tool_calls": "x"}, {"role": "user", "content": "q"}],
+    ]
+    fast, slow = _Worker(SEED_POLICY, False), _Worker(SEED_POLICY, False)
+    slow.fused = None
+    for number, messages in enumerate(bad, 1):
+        raw = orjson.dumps({"id": "x", "messages": messages})
+        a, b = fast.line(number, raw), slow.line(number, raw)
+        assert a.error is not None and a.error == b.error
+
+
+def test_a_prepared_policy_checks_everything_once():
+    with pytest.raises(Exception) as info:
+        prepare_policy({"mode": "reduce", "triggerTokens": 5, "steps": [
+            {"id": "c", "kind": "compress", "fragmentId": "history", "handlerId": "sum",
+             "targetChars": 10}]}, handlers={"other": 5})
+    codes = {issue.code for issue in info.value.issues}
+    assert codes == {"tokens-without-counter", "unknown-handler", "handler-not-callable"}
+    prepared = prepare_policy(SEED_POLICY)
+    assert isinstance(prepared, PreparedPolicy) and prepared.mode == "reduce"
+    with pytest.raises(TypeError):
+        PreparedPolicy()
+    plan = ContextPlan.from_messages(chat_corpus(8, seed=4)[2])
+    with pytest.raises(Exception) as info:
+        process_context(plan, prepared, counter=len)
+    assert info.value.issues[0].code == "invalid-option"
+    # Fragment references are checked against each plan, every issue at once.
+    other = ContextPlan(fragments=[Fragment(id="question", kind="question", text="q")])
+    with pytest.raises(Exception) as info:
+        process_context(other, prepared)
+    assert [i.code for i in info.value.issues] == ["unknown-fragment"]
+
+
+def test_a_prepared_compress_policy_carries_its_handlers_and_counter():
+    policy = {"mode": "reduce", "triggerTokens": 3, "steps": [
+        {"id": "c", "kind": "compress", "fragmentId": "history", "handlerId": "short",
+         "targetChars": 1}]}
+    asked = []
+
+    def short(request):
+        asked.append(request.step_id)
+        return [{"role": "assistant", "content": "s"}]
+
+    prepared = prepare_policy(policy, handlers={"short": short}, counter=lambda t: len(t.split()))
+    plan = ContextPlan.from_messages([{"role": "user", "content": "a b c d"},
+                                      {"role": "assistant", "content": "e f g"},
+                                      {"role": "user", "content": "q"}])
+    result = process_context(plan, prepared)
+    assert asked == ["c"]
+    assert result.report.steps[0].status == "applied"
+    assert result.report.after.tokens == 2  # "s" and "q"
+
+
+def test_cached_policies_follow_their_content():
+    plan = ContextPlan.from_messages(chat_corpus(30, seed=6)[11])
+    assert any(f.id == "history" for f in plan.fragments)
+    doc = copy.deepcopy(SEED_POLICY)
+    first = process_context(plan, doc).report
+    doc["steps"][0]["targetChars"] = 0  # the same dict, changed in place
+    again = process_context(plan, doc).report
+    assert again.steps[0].target_chars == 0 != first.steps[0].target_chars
+    # A typed policy whose list changed in place is prepared again.
+    typed = validate_context_policy(SEED_POLICY)
+    assert process_context(plan, typed).report.steps[0].id == "recent-history"
+    typed.steps.append(typed.steps[0].model_copy(update={"id": "again"}))
+    assert [s.id for s in process_context(plan, typed).report.steps] == [
+        "recent-history", "again"]
+    # NaN is written as null: a document with NaN never takes the place of one with null.
+    ok = {"mode": "reduce", "triggerChars": 10, "targetInputTokens": None,
+          "steps": SEED_POLICY["steps"]}
+    process_context(plan, ok)
+    with pytest.raises(Exception) as info:
+        process_context(plan, dict(ok, targetInputTokens=float("nan")))
+    assert info.value.issues[0].path == "targetInputTokens"
+
+
+def test_a_result_builds_its_plan_and_report_once_and_only_when_read():
+    plan = ContextPlan.from_messages(chat_corpus(30, seed=6)[11])
+    result = process_context(plan, SEED_POLICY)
+    assert result._report is None and result._plan is None  # records only, so far
+    assert result.report is result.report and result.plan is result.plan
+    assert result.report_json() == result.report.model_dump(by_alias=True, mode="json")
+    assert result.plan.fragments[0] is plan.fragments[0]
