@@ -28,6 +28,10 @@ def main(path: str) -> None:
             line = f"{kind:24s} min {stats['min'] * 1e3:10.3f} ms  median {stats['median'] * 1e3:10.3f} ms"
             if "messages" in extra:
                 line += f"  {stats['min'] * 1e9 / extra['messages']:8.1f} ns/message"
+            if "conversations" in extra:
+                line += f"  {stats['min'] * 1e6 / extra['conversations']:8.2f} us/conversation"
+            if "median_us" in extra:
+                line += f" (median {extra['median_us']:.2f})"
             if "bytes" in extra:
                 line += f"  {extra['bytes'] / stats['min'] / 1e9:6.2f} GB/s"
             print(line)
@@ -40,7 +44,11 @@ def main(path: str) -> None:
         for kind, bench in kinds.items():
             if bench is not base:
                 ratio = bench["stats"]["min"] / base["stats"]["min"]
-                print(f"  {kind} / {base['extra_info']['kind']} = {ratio:.2f}x")
+                line = f"  {kind} / {base['extra_info']['kind']} = {ratio:.2f}x"
+                if "median_us" in bench["extra_info"] and "median_us" in base["extra_info"]:
+                    median = bench["extra_info"]["median_us"] / base["extra_info"]["median_us"]
+                    line += f" (medians: {median:.2f}x)"
+                print(line)
 
 
 def _order(group: str) -> tuple[str, int]:

@@ -1,6 +1,7 @@
-"""``contextpolicy reduce`` on a JSONL corpus of long transcripts (at least 200 MB when
-measuring), against the floor: bare ``orjson.loads`` over the same lines. ``--jobs 2`` against
-``--jobs 1`` on this 2-core machine."""
+"""``contextpolicy reduce`` on three JSONL corpora of at least 100 MB each when measuring (chats,
+agent traces, long transcripts; ``synthetic.CORPORA``), against the floor: bare ``orjson.loads``
+over the same lines. ``--jobs 2`` against ``--jobs 1`` on this 2-core machine, and ``--jobs 1``
+with ``--report``."""
 
 from __future__ import annotations
 
@@ -11,28 +12,26 @@ import statistics
 import sys
 import time
 
-import numpy as np
 import orjson
 import pytest
 
 from contextpolicy.cli import main
-from contextpolicy.synthetic import make_transcript
+from contextpolicy.synthetic import corpus as make_corpus
 
 from .conftest import SEED_POLICY, measuring
 
-DISTINCT = 120  # distinct transcripts, repeated (with their own ids) up to the corpus size
-ROUNDS = 25  # interleaved: this machine's speed swings by a third from minute to minute
+ROUNDS = 15  # interleaved: this machine's speed swings by a third from minute to minute
+# Distinct transcripts per corpus, repeated (with ids of their own) up to the corpus size.
+DISTINCT = {"chats": 20_000, "agent-traces": 400, "long-transcripts": 120}
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="session", params=list(DISTINCT))
 def corpus(tmp_path_factory, request):
-    target = (200 << 20) if measuring(request.config) else (2 << 20)
-    folder = tmp_path_factory.mktemp("cli-bench")
-    rng = np.random.default_rng(11)
-    lines = []
-    for i in range(DISTINCT if target > (2 << 20) else 8):
-        n = int(rng.integers(200, 1000))  # long agent transcripts
-        lines.append(make_transcript(n, seed=500 + i))
+    name = request.param
+    target = (100 << 20) if measuring(request.config) else (1 << 20)
+    folder = tmp_path_factory.mktemp(f"cli-bench-{name}")
+    distinct = DISTINCT[name] if measuring(request.config) else max(3, DISTINCT[name] // 200)
+    lines = make_corpus(name, distinct, seed=500)
     path = folder / "corpus.jsonl"
     written = 0
     with open(path, "wb") as fh:
@@ -43,12 +42,12 @@ def corpus(tmp_path_factory, request):
             written += len(line)
             k += 1
     (folder / "policy.json").write_text(json.dumps(SEED_POLICY))
-    return folder, path, written, k
+    return folder, path, written, k, name
 
 
 def label(benchmark, corpus, kind):
-    folder, path, size, count = corpus
-    benchmark.group = f"reduce command {size / 1e6:.0f} MB"
+    folder, path, size, count, name = corpus
+    benchmark.group = f"reduce command: {name} {size / 1e6:.0f} MB"
     benchmark.extra_info.update(bytes=size, conversations=count, kind=kind)
 
 
@@ -68,9 +67,10 @@ def parse_all(path):
     return n
 
 
-def reduce_args(folder, path, jobs, out=None):
-    return ["reduce", str(path), "--policy", str(folder / "policy.json"),
+def reduce_args(folder, path, jobs, out=None, report=False):
+    args = ["reduce", str(path), "--policy", str(folder / "policy.json"),
             "-o", str(folder / (out or f"out{jobs}.jsonl")), "-q", "--jobs", str(jobs)]
+    return args + (["--report", str(folder / f"report{jobs}.json")] if report else [])
 
 
 def side_by_side(folder, path):
@@ -87,29 +87,34 @@ def side_by_side(folder, path):
 
 
 def test_orjson_loads_floor(benchmark, corpus):
-    folder, path, size, count = corpus
+    folder, path, size, count, _ = corpus
     label(benchmark, corpus, "orjson-loads")
     assert benchmark.pedantic(parse_all, (path,), rounds=7, iterations=1) == count
 
 
-@pytest.mark.parametrize("jobs", [1, 2])
-def test_reduce_command(benchmark, corpus, jobs):
-    folder, path, size, count = corpus
-    label(benchmark, corpus, f"reduce-jobs{jobs}")
-    assert benchmark.pedantic(main, (reduce_args(folder, path, jobs),), rounds=7,
-                              iterations=1) == 0
+@pytest.mark.parametrize("jobs, report", [(1, False), (1, True), (2, False)],
+                         ids=["jobs1", "jobs1-report", "jobs2"])
+def test_reduce_command(benchmark, corpus, jobs, report):
+    folder, path, size, count, _ = corpus
+    label(benchmark, corpus, f"reduce-jobs{jobs}" + ("-report" if report else ""))
+    assert benchmark.pedantic(main, (reduce_args(folder, path, jobs, report=report),),
+                              rounds=5, iterations=1) == 0
     with open(folder / f"out{jobs}.jsonl", "rb") as fh:
         assert sum(1 for _ in fh) == count
+    if report:
+        summary = json.loads((folder / f"report{jobs}.json").read_text())
+        assert summary["summary"]["conversations"] == count
 
 
 def test_reduce_ratios_interleaved(benchmark, corpus, request):
     """The floor, --jobs 1, --jobs 2 and two --jobs 1 side by side timed one after another in
     every round (their order rotating from round to round), so that a noisy neighbour slows
     them all alike; the ratios are the medians over the rounds."""
-    folder, path, size, count = corpus
+    folder, path, size, count, _ = corpus
     commands = {
         "floor": lambda: parse_all(path),
         "jobs1": lambda: main(reduce_args(folder, path, 1)),
+        "report": lambda: main(reduce_args(folder, path, 1, "outr.jsonl", report=True)),
         "jobs2": lambda: main(reduce_args(folder, path, 2)),
         "twins": lambda: side_by_side(folder, path),
     }
@@ -130,6 +135,8 @@ def test_reduce_ratios_interleaved(benchmark, corpus, request):
     benchmark.extra_info["ratios"] = {
         "jobs1 throughput / orjson.loads": statistics.median(r["floor"] / r["jobs1"]
                                                              for r in rounds),
+        "jobs1 --report throughput / orjson.loads": statistics.median(
+            r["floor"] / r["report"] for r in rounds),
         "jobs2 speedup over jobs1": statistics.median(r["jobs1"] / r["jobs2"] for r in rounds),
         "ceiling: 2 x jobs1 / two jobs1 side by side": statistics.median(
             2 * r["jobs1"] / r["twins"] for r in rounds),

@@ -785,9 +785,10 @@ cdef Measure _measure(object messages, object fragment_id):
 
 
 def reduce_plan(fragments, tuple steps, int64_t trigger_chars, int64_t watermark_chars,
-                fragment_type=None):
+                fragment_type=None, protected_kinds=None):
     """The default validate, or a reduce of trims by chars, of a whole plan (see the twin).
-    With ``fragment_type``, ``None`` when a fragment is not exactly of that type."""
+    With ``fragment_type``, ``None`` when a fragment is not exactly of that type; with
+    ``protected_kinds``, ``None`` when a step's fragment is missing, protected or text."""
     if not PyList_Check(fragments):
         raise TypeError(f"expected a list of fragments, got {type(fragments).__name__}")
     cdef Py_ssize_t i, n = PyList_GET_SIZE(fragments)
@@ -809,6 +810,21 @@ def reduce_plan(fragments, tuple steps, int64_t trigger_chars, int64_t watermark
         ids.append(fid)
         lists.append(messages)
         texts.append((f.assembled_role, text) if messages is None else None)
+    if protected_kinds is not None:
+        for step in steps:
+            fid = step[0]
+            if fid not in ids:
+                return None
+            i = ids.index(fid)
+            f = <object>PyList_GET_ITEM(fragments, i) if i < PyList_GET_SIZE(fragments) else None
+            if f is None or lists[i] is None:
+                return None
+            if fragment_type is not None:
+                d = f.__dict__
+                if d["kind"] in protected_kinds or d["protected"] is True:
+                    return None
+            elif f.kind in protected_kinds or f.protected is True:
+                return None
     return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
 
 

@@ -493,7 +493,7 @@ def test_schema_validates_real_documents():
 
 def test_bench_json_and_plot(tmp_path, request):
     result = run("bench", "--sizes", "300,2000", "--repeat", "1", "--json", "--plot",
-                 tmp_path / "bench.png", timeout=300)
+                 tmp_path / "bench.png", "--corpora", "none", timeout=300)
     assert result.returncode == 0, result.stderr
     rows = json.loads(result.stdout)
     impls = {r["implementation"] for r in rows}
@@ -504,6 +504,22 @@ def test_bench_json_and_plot(tmp_path, request):
     assert {r["messages"] for r in rows} == {300, 2000}
     assert all(r["nsPerMessage"] > 0 for r in rows)
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_times_the_corpora(request):
+    result = run("bench", "--sizes", "300", "--repeat", "1", "--json", "--no-langchain",
+                 "--corpora", "chats,agent-traces", "--conversations", "40", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    cases = {r["history"] for r in rows}
+    assert "300" in cases and {c.split(" (")[0] for c in cases} == {"300", "chats",
+                                                                  "agent-traces"}
+    chats = [r for r in rows if r["history"].startswith("chats")]
+    # Many short conversations: a few messages each, every one measured.
+    count = int(chats[0]["history"].split("(")[1].rstrip(")"))
+    assert 20 <= count <= 40 and chats[0]["messages"] < 20 * count
+    bad = run("bench", "--corpora", "chats,tweets", timeout=60)
+    assert bad.returncode == 2 and b"--corpora: expected names from chats" in bad.stderr
 
 
 def test_bench_on_an_input_file(workdir):

@@ -199,7 +199,7 @@ def test_transcript_split_agrees_with_from_messages(differential, history):
     st.sampled_from([0, 1]), st.integers(0, 5), st.integers(0, 8_000)), max_size=3),
     st.integers(-1, 6_000), st.integers(-1, 6_000), st.booleans())
 def test_one_call_reductions_agree(differential, history, trims, trigger, watermark, with_history):
-    from contextpolicy import ContextPlan
+    from contextpolicy import PROTECTED_KINDS, ContextPlan, Fragment
 
     steps = tuple(("history", g, keep, target) for g, keep, target in trims)
     system = [{"role": "system", "content": "rules"}]
@@ -216,6 +216,13 @@ def test_one_call_reductions_agree(differential, history, trims, trigger, waterm
     has_history = any(f.id == "history" for f in plan.fragments)
     if has_history or not (steps or with_history):
         assert differential("reduce_plan", plan.fragments, steps, trigger, watermark) == raw
+        checked = differential("reduce_plan", plan.fragments, steps, trigger, watermark,
+                               Fragment, PROTECTED_KINDS)
+        assert checked == raw
+    # A step on a protected fragment, or one the plan lacks, is declined.
+    for fid in ("system", "question", "nowhere"):
+        assert differential("reduce_plan", plan.fragments, (*steps, (fid, 0, 0, 0)), trigger,
+                            watermark, Fragment, PROTECTED_KINDS) is None
     fired, before, after, kept, done, _warnings, assembled, ids, totals = raw
     assert totals == tuple(sum(f[k] for f in before) for k in range(3)) + tuple(
         sum(f[k] for f in after) for k in range(3))

@@ -504,6 +504,7 @@ def measure(messages: list[Any], fragment_id: str | None = None) -> Measure:
 def reduce_plan(
     fragments: list[Any], steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int,
     watermark_chars: int, fragment_type: type | None = None,
+    protected_kinds: frozenset[str] | None = None,
 ) -> tuple[Any, ...] | None:
     """The default ``validate``, or a ``reduce`` whose steps are all trims by chars, of a whole
     plan in one call: what the pipeline's measure, reduce, report and assemble compute for it.
@@ -519,7 +520,9 @@ def reduce_plan(
     ``(fragment index, message index, code, tool call id)`` per pairing warning of the result;
     the assembled input; the fragment ids; the plan's chars, messages and opaque parts
     before and after. With ``fragment_type``, ``None`` when a fragment is
-    not exactly of that type (fields are then read from the ``__dict__``, as validated).
+    not exactly of that type (fields are then read from the ``__dict__``, as validated); with
+    ``protected_kinds``, ``None`` when a step's fragment is missing, protected (its kind is one
+    of them, or it is marked ``protected``) or holds text.
     """
     if not isinstance(fragments, list):
         raise TypeError(f"expected a list of fragments, got {type(fragments).__name__}")
@@ -537,6 +540,17 @@ def reduce_plan(
         ids.append(fid)
         lists.append(messages)
         texts.append((f.assembled_role, text) if messages is None else None)
+    if protected_kinds is not None:
+        for step in steps:
+            if step[0] not in ids:
+                return None
+            i = ids.index(step[0])
+            f = list.__getitem__(fragments, i)
+            d = f.__dict__ if fragment_type is not None else None
+            kind, protected = (d["kind"], d["protected"]) if d is not None else (
+                f.kind, f.protected)
+            if lists[i] is None or kind in protected_kinds or protected is True:
+                return None
     return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
 
 

@@ -536,8 +536,8 @@ def _fused(
     figures as the step-by-step run (a test holds the two to each other); the records become
     the plan and the report when they are read."""
     raw = _kernel.reduce_plan(plan.fragments, steps, prepared._trigger,
-                              prepared._watermark, Fragment)
-    if raw is None:  # a fragment of a subclass: the step-by-step run reads it as it says
+                              prepared._watermark, Fragment, PROTECTED_KINDS)
+    if raw is None:  # a fragment of a subclass, or a step the plan does not fit
         return None
     return ContextResult._measured(raw[6], lambda: _fused_records(plan, prepared, raw))
 
@@ -670,8 +670,8 @@ def process_context(
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
         prepared = prepared_for_call(policy, None, None)
         steps = prepared._fused if prepared is not None else None
-        if (steps is not None and on_step_error in ("continue", "raise")
-                and prepared.fits(plan, False)):  # type: ignore[union-attr]
+        if steps is not None and on_step_error in ("continue", "raise"):
+            # The kernel checks the steps' fragments itself (None: the full check says why).
             result = _fused(plan, prepared, steps)  # type: ignore[arg-type]
             if result is not None:
                 return result

@@ -14,7 +14,9 @@ from ..core import process_context
 from ..plan import ContextPlan
 from ..policy import validate_context_policy
 from ..synthetic import (
+    CORPORA,
     SEED_POLICY,
+    corpus,
     TARGET_CHARS,
     langchain_char_counter,
     make_history,
@@ -86,12 +88,7 @@ def _read_input(path: str) -> list[list[dict[str, Any]]]:
                     raise CliError(f'{where}: expected a transcript {{"id", "messages"}}, '
                                    f"got {got}")
                 try:
-                    plan = ContextPlan.from_messages(doc["messages"])
-                    history = next((f.messages for f in plan.fragments if f.id == "history"), None)
-                    # Timed as a conversation of its own: it must have a history itself.
-                    if history and any(f.id == "history" for f in
-                                       ContextPlan.from_messages(history).fragments):
-                        conversations.append(history)
+                    conversations.extend(_timed_histories([doc["messages"]]))
                 except ContextPlanError as exc:
                     raise CliError(f"{where}: {exc}") from None
     except FileError as exc:
@@ -104,12 +101,41 @@ def _read_input(path: str) -> list[list[dict[str, Any]]]:
     return conversations
 
 
+def _timed_histories(transcripts: list[Any]) -> list[list[dict[str, Any]]]:
+    """The histories of transcripts, each timed as a conversation of its own: so it must have
+    a history itself (replies before its last question)."""
+    found = []
+    for messages in transcripts:
+        plan = ContextPlan.from_messages(messages)
+        history = next((f.messages for f in plan.fragments if f.id == "history"), None)
+        if history and any(f.id == "history" for f in
+                           ContextPlan.from_messages(history).fragments):
+            found.append(history)
+    return found
+
+
+def corpora(text: str) -> list[str]:
+    """The corpus names of ``--corpora`` (``none`` for none)."""
+    names = [part.strip() for part in str(text).split(",") if part.strip()]
+    if names == ["none"]:
+        return []
+    unknown = [n for n in names if n not in CORPORA]
+    if unknown or not names:
+        raise CliError(f"--corpora: expected names from {', '.join(CORPORA)} (or none), got "
+                       f"{text!r}")
+    return names
+
+
 def _histories(args: argparse.Namespace) -> list[tuple[str, list[list[dict[str, Any]]]]]:
     if args.input:
         return [(args.input, _read_input(args.input))]
     # Round-tripped through JSON: laid out in memory as an application holds a transcript.
-    return [(f"{n:,}", [json.loads(json.dumps(make_history(n, seed=7)))])
-            for n in sizes(args.sizes)]
+    cases = [(f"{n:,}", [json.loads(json.dumps(make_history(n, seed=7)))])
+             for n in sizes(args.sizes)]
+    for name in corpora(args.corpora):
+        found = _timed_histories(json.loads(json.dumps(corpus(name, args.conversations, 7))))
+        cases.append((f"{name} ({len(found):,})", found))
+    return cases
 
 
 def _time_case(
@@ -200,8 +226,11 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     if args.repeat < 1:
         raise CliError(f"--repeat: expected a number >= 1, got {args.repeat}")
+    if args.conversations < 1:
+        raise CliError(f"--conversations: expected a number >= 1, got {args.conversations}")
     if not args.input:
         sizes(args.sizes)  # before anything is timed
+        corpora(args.corpora)
     rows = run_bench(args)
     if args.json:
         print(json.dumps(rows, indent=2))

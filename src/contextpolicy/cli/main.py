@@ -521,14 +521,22 @@ def _parser() -> argparse.ArgumentParser:
         "bench", help="benchmark the reduction: compiled kernel vs pure twin (vs LangChain)",
         formatter_class=fmt,
         description="Time measure + group + cut and the whole process_context pipeline on "
-        "seeded histories (or --input), for the compiled kernel and the pure twin, and "
-        "LangChain's trim_messages when it is installed. Ratios are the claim.",
+        "seeded histories of each size and on seeded corpora shaped like real ones (many short "
+        "chats, tool-heavy agent traces, long transcripts), or on --input, for the compiled "
+        "kernel and the pure twin, and LangChain's trim_messages when it is installed. Ratios "
+        "are the claim.",
         epilog="example:\n  contextpolicy bench --sizes 10000,100000 --plot bench.png",
     )
     p.add_argument("--sizes", default="1000,10000,100000", metavar="N,N,...",
                    help="history sizes in messages (default 1000,10000,100000)")
     p.add_argument("--input", metavar="INPUT.jsonl",
                    help="benchmark on the transcripts of this JSONL file instead")
+    p.add_argument("--corpora", default="chats,agent-traces,long-transcripts",
+                   metavar="NAME,...",
+                   help="seeded corpora timed beside the sizes, or 'none' (default chats,"
+                   "agent-traces,long-transcripts)")
+    p.add_argument("--conversations", type=int, default=200, metavar="N",
+                   help="conversations drawn from each corpus (default 200)")
     p.add_argument("--repeat", type=int, default=5, metavar="N",
                    help="timed runs per measurement; the fastest counts (default 5)")
     p.add_argument("--no-langchain", action="store_true", help="leave LangChain out")
