@@ -231,8 +231,8 @@ cdef inline int64_t _int_len(object value) except -1:
     cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
     cdef unsigned long long u
     cdef int64_t digits = 1
-    if overflow:
-        return len(int.__repr__(value))
+    if overflow:  # beyond 64 bits: the encoder writes it (or says it cannot), as in the twin
+        return NOT_NATIVE
     if v < 0:
         digits += 1
         u = <unsigned long long>(-(v + 1)) + 1
@@ -708,6 +708,9 @@ cdef class Measure:
         if ngroups == 0:
             first_out[0] = cut_out[0] = 0
             return 0
+        if self.messages > PyList_GET_SIZE(messages):
+            raise ValueError(f"flags and messages differ in length ({self.messages} != "
+                             f"{PyList_GET_SIZE(messages)})")
         if 2 * ngroups + 1 > 64:
             offsets = <int64_t*>malloc((2 * ngroups + 1) * 8)
             if offsets == NULL:
@@ -923,6 +926,10 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
     kept = [None] * n
     for step in steps:
         fid, grouping, keep_groups, target = step
+        if keep_groups < 0:
+            raise ValueError("keep_groups must be >= 0")
+        if target < 0:
+            raise ValueError("target_chars must be >= 0")
         if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
             done.append(("skipped", "not-triggered" if not fired else "target-reached",
                          None, None, None, None, 0))

@@ -268,6 +268,57 @@ def _measure_case(build: Callable[[], list[Any]]) -> Callable[[Any], Any]:
     return lambda kernel: _measure(kernel, build())
 
 
+def _caught(fn: Callable[[], Any]) -> Any:
+    # An error the kernel is to raise, as a value: its type and message (the same on both).
+    try:
+        return ["value", fn()]
+    except (ValueError, TypeError) as exc:
+        return [type(exc).__name__, str(exc)]
+
+
+_TRANSCRIPT = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+               {"role": "user", "content": "again"}, {"role": "assistant", "content": "ok"}]
+
+
+def _negative_trims(kernel: Any) -> Any:
+    # Figures below zero: a clear ValueError, never a read outside the offsets.
+    return [_caught(lambda: kernel.reduce_transcript(list(_TRANSCRIPT), (step,), 0, 0)[4])
+            for step in (("history", 0, -(2**40), -1), ("history", 0, -3, 5),
+                         ("history", 1, 1, -1))]
+
+
+def _short_cut(kernel: Any) -> Any:
+    m = kernel.measure(list(_TRANSCRIPT))
+    return [_caught(lambda: m.cut([], 0, 10, 1000)), _caught(lambda: m.cut([], 0, 0, 0))]
+
+
+def _call_turned_junk(kernel: Any) -> Any:
+    msgs: list[Any] = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "tool_calls": [{"id": "c1", "function": {"name": "f"}}]},
+        {"role": "user", "content": "q2"},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "assistant", "content": "a"},
+    ]
+    m = kernel.measure(msgs)
+    msgs[1] = 5  # the call is gone: nothing to keep for the result
+    return _caught(lambda: m.cut(msgs, 0, 0, 4))
+
+
+class _LyingFragments(list):  # type: ignore[type-arg]
+    def __iter__(self) -> Any:
+        return iter([])
+
+
+def _lying_fragment_list(kernel: Any) -> Any:
+    from contextpolicy import Fragment
+
+    fragments = _LyingFragments([Fragment(id="history", kind="history", messages=[
+        {"role": "user", "content": "abc"}])])
+    raw = kernel.reduce_plan(fragments, (), -1, -1, Fragment)
+    return None if raw is None else raw[8]
+
+
 CASES: dict[str, Callable[[Any], Any]] = {
     "nesting-at-the-limit": _measure_case(lambda: [deep_tool_result(100)]),
     "nesting-past-the-limit": _measure_case(lambda: [deep_tool_result(101)]),
@@ -278,6 +329,11 @@ CASES: dict[str, Callable[[Any], Any]] = {
     "json-deep-100000": _measure_case(lambda: [tool_use(deep_list(100_000))]),
     "json-cyclic": _measure_case(_cyclic_input),
     "json-huge-int": _measure_case(lambda: [tool_use({"n": 2**200, "m": -(2**64)})]),
+    "json-int-beyond-the-str-limit": _measure_case(lambda: [tool_use({"n": 10**5000})]),
+    "trims-with-negative-figures": _negative_trims,
+    "cut-of-a-shorter-list": _short_cut,
+    "cut-after-a-call-turned-junk": _call_turned_junk,
+    "plan-of-a-lying-fragment-list": _lying_fragment_list,
     "json-int-and-float-subclasses": _measure_case(
         lambda: [tool_use([type("I", (int,), {})(5), type("F", (float,), {})(0.5), 1e300])]
     ),

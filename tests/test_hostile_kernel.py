@@ -34,6 +34,17 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "json-cyclic": ("raised", "invalid-json"),
     # "f" + '{"n":<61 digits>,"m":-18446744073709551616}'
     "json-huge-int": ("value", [[4], [1 + len(f'{{"n":{2**200},"m":{-(2**64)}}}')], [4], [0]]),
+    "json-int-beyond-the-str-limit": ("raised", "invalid-json"),
+    "trims-with-negative-figures": ("value", [
+        ["ValueError", "keep_groups must be >= 0"], ["ValueError", "keep_groups must be >= 0"],
+        ["ValueError", "target_chars must be >= 0"]]),
+    "cut-of-a-shorter-list": ("value", [
+        ["ValueError", "flags and messages differ in length (4 != 0)"],
+        ["ValueError", "flags and messages differ in length (4 != 0)"]]),
+    # Two user turns; the result's call was replaced by junk after measuring: the cut stays.
+    "cut-after-a-call-turned-junk": ("value", ["value", [1, 2, 2]]),
+    # The real storage of a list subclass, whatever its __iter__ says.
+    "plan-of-a-lying-fragment-list": ("value", [3, 1, 0, 3, 1, 0]),
     "json-int-and-float-subclasses": ("value", [[4], [1 + len("[5,0.5,1e+300]")], [4], [0]]),
     "items-shrinks-the-history": ("raised", "changed-while-measured"),
     "items-grows-the-history": ("raised", "changed-while-measured"),

@@ -483,7 +483,10 @@ class Measure:
                 break
             earliest = cut
             for i in np.flatnonzero(flags[:cut] & FLAG_TOOL_CALLS)[::-1].tolist():
-                found = missing.intersection(call_ids(list.__getitem__(messages, i)))
+                message = list.__getitem__(messages, i)
+                if not isinstance(message, dict):  # no longer a message: it calls nothing
+                    continue
+                found = missing.intersection(call_ids(message))
                 if found:
                     earliest = i
                     missing -= found
@@ -526,12 +529,18 @@ def reduce_plan(
     """
     if not isinstance(fragments, list):
         raise TypeError(f"expected a list of fragments, got {type(fragments).__name__}")
-    if fragment_type is not None and any(type(f) is not fragment_type for f in fragments):
+    n = list.__len__(fragments)
+    if fragment_type is not None and any(
+        type(f) is not fragment_type for f in list.copy(fragments)
+    ):
         return None
     ids: list[str] = []
     lists: list[Any] = []
     texts: list[Any] = []
-    for f in list.copy(fragments):
+    for i in range(n):
+        if i >= list.__len__(fragments):
+            raise ValueError("the fragment list changed while it was read")
+        f = list.__getitem__(fragments, i)
         if fragment_type is not None:
             d = f.__dict__
             fid, messages, text = d["id"], d["messages"], d["text"]
@@ -632,6 +641,8 @@ def _reduce(
     measures: list[Any] = []
     for fid, messages, text in zip(ids, lists, texts, strict=True):
         if messages is None:
+            if not isinstance(text[1], str):
+                raise TypeError(f"fragment {fid!r}: expected a str text")
             measures.append((len(exact_str(text[1])), 1, 0, None))
         else:
             m = measure(messages, fid)
@@ -642,6 +653,10 @@ def _reduce(
     kept: list[Any] = [None] * len(ids)
     done: list[tuple[Any, ...]] = []
     for fid, grouping, keep_groups, target in steps:
+        if keep_groups < 0:
+            raise ValueError("keep_groups must be >= 0")
+        if target < 0:
+            raise ValueError("target_chars must be >= 0")
         if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
             done.append(("skipped", "not-triggered" if not fired else "target-reached",
                          None, None, None, None, 0))

@@ -762,7 +762,8 @@ async def aprocess_context(
     run = _Run(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
         on_step_error=on_step_error, implementations=implementations, is_async=True,
-        sink=queue.append, on_event=on_event,
+        # Events are built only for a listener.
+        sink=queue.append if on_event is not None else None, on_event=on_event,
     )
     result: ContextResult | None = None
     async for item in _drive_async(run, queue):
