@@ -16,8 +16,8 @@ from ..policy import validate_context_policy
 from ..synthetic import (
     CORPORA,
     SEED_POLICY,
-    corpus,
     TARGET_CHARS,
+    corpus,
     langchain_char_counter,
     make_history,
     measure_group_cut,
