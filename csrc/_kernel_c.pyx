@@ -982,8 +982,14 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
             for index, code, cid in _pairing(messages, m._flags, 0, m.messages):
                 warnings.append((i, index, code, cid))
         assembled.extend(messages if PyList_CheckExact(messages) else list.copy(messages))
+    cdef int64_t removed = 0, groups_removed = 0
+    for step in done:
+        if step[0] == "applied":
+            removed += <int64_t>step[6]
+            groups_removed += <int64_t>step[4] - <int64_t>step[5]
     return (fired, before, after, kept, done, warnings, assembled, ids,
-            (b_chars, b_messages, b_opaque, a_chars, a_messages, a_opaque))
+            (b_chars, b_messages, b_opaque, a_chars, a_messages, a_opaque, removed,
+             groups_removed, not (watermark_chars >= 0 and a_chars > watermark_chars)))
 
 
 def message_text_pieces(message, Py_ssize_t index=0, fragment_id=None):

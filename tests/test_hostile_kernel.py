@@ -44,7 +44,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     # Two user turns; the result's call was replaced by junk after measuring: the cut stays.
     "cut-after-a-call-turned-junk": ("value", ["value", [1, 2, 2]]),
     # The real storage of a list subclass, whatever its __iter__ says.
-    "plan-of-a-lying-fragment-list": ("value", [3, 1, 0, 3, 1, 0]),
+    "plan-of-a-lying-fragment-list": ("value", [3, 1, 0, 3, 1, 0, 0, 0, True]),
     "json-int-and-float-subclasses": ("value", [[4], [1 + len("[5,0.5,1e+300]")], [4], [0]]),
     "items-shrinks-the-history": ("raised", "changed-while-measured"),
     "items-grows-the-history": ("raised", "changed-while-measured"),

@@ -224,9 +224,12 @@ def test_one_call_reductions_agree(differential, history, trims, trigger, waterm
         assert differential("reduce_plan", plan.fragments, (*steps, (fid, 0, 0, 0)), trigger,
                             watermark, Fragment, PROTECTED_KINDS) is None
     fired, before, after, kept, done, _warnings, assembled, ids, totals = raw
-    assert totals == tuple(sum(f[k] for f in before) for k in range(3)) + tuple(
+    assert totals[:6] == tuple(sum(f[k] for f in before) for k in range(3)) + tuple(
         sum(f[k] for f in after) for k in range(3))
+    applied = [d for d in done if d[0] == "applied"]
+    assert totals[6:] == (sum(d[6] for d in applied), sum(d[4] - d[5] for d in applied),
+                          watermark < 0 or totals[3] <= watermark)
     assert len(done) == len(steps)
     # The assembled input is the fragments as they ended, and its measure is the figures.
     roles, chars, flags, opaque = differential("measure_messages", assembled)
-    assert (int(chars.sum()), len(chars), int(opaque.sum())) == totals[3:]
+    assert (int(chars.sum()), len(chars), int(opaque.sum())) == totals[3:6]

@@ -522,7 +522,8 @@ def reduce_plan(
     chars_before, chars_after, groups_before, groups_after, messages_removed)`` per step;
     ``(fragment index, message index, code, tool call id)`` per pairing warning of the result;
     the assembled input; the fragment ids; the plan's chars, messages and opaque parts
-    before and after. With ``fragment_type``, ``None`` when a fragment is
+    before and after, the messages and groups the applied trims removed, and whether the
+    chars watermark is met after. With ``fragment_type``, ``None`` when a fragment is
     not exactly of that type (fields are then read from the ``__dict__``, as validated); with
     ``protected_kinds``, ``None`` when a step's fragment is missing, protected (its kind is one
     of them, or it is marked ``protected``) or holds text.
@@ -691,8 +692,12 @@ def _reduce(
         else:
             assembled.extend(messages if type(messages) is list else list.copy(messages))
     after = [m[:3] for m in measures]
-    totals = tuple(sum(f[k] for f in before) for k in range(3)) + tuple(
-        sum(f[k] for f in after) for k in range(3))
+    applied = [d for d in done if d[0] == "applied"]
+    a_chars = sum(f[0] for f in after)
+    totals = (sum(f[0] for f in before), sum(f[1] for f in before), sum(f[2] for f in before),
+              a_chars, sum(f[1] for f in after), sum(f[2] for f in after),
+              sum(d[6] for d in applied), sum(d[4] - d[5] for d in applied),
+              not (watermark_chars >= 0 and a_chars > watermark_chars))
     return fired, before, after, kept, done, warnings, assembled, ids, totals
 
 

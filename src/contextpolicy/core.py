@@ -586,6 +586,51 @@ def fused_report(
     )
 
 
+def fused_report_json(
+    prepared: PreparedPolicy, raw: tuple[Any, ...], kinds: Sequence[tuple[str, bool]]
+) -> dict[str, Any]:
+    """``fused_report(prepared, raw, kinds).json()``, built straight from the kernel's records
+    (what the JSONL runner writes for ``--report``; a test holds the two to each other)."""
+    fired, before, after, kept, done, found, _input, ids, totals = raw
+    policy = prepared.policy
+    n = len(ids)
+    if type(policy) is ReducePolicy:
+        trigger: Any = {"chars": policy.trigger_chars, "tokens": policy.trigger_tokens}
+        target: Any = {"chars": policy.watermark_chars, "tokens": policy.watermark_tokens}
+        reached: Any = totals[8]
+        steps = [
+            {"id": step.id, "kind": "trim", "fragmentId": step.fragment_id, "status": d[0],
+             "reason": d[1], "message": None, "charsBefore": d[2], "charsAfter": d[3],
+             "tokensBefore": None, "tokensAfter": None, "targetChars": step.target_chars,
+             "groupsBefore": d[4], "groupsAfter": d[5], "messagesRemoved": d[6],
+             "handlerId": None}
+            for step, d in zip(policy.steps, done, strict=True)
+        ]
+    else:
+        trigger = target = reached = None
+        steps = []
+    return {
+        "mode": policy.mode, "kernel": _kernel.IMPLEMENTATION, "implementation": "default",
+        "triggered": fired, "trigger": trigger, "target": target,
+        "before": {"chars": totals[0], "tokens": None, "messages": totals[1], "fragments": n,
+                   "opaqueParts": totals[2]},
+        "after": {"chars": totals[3], "tokens": None, "messages": totals[4], "fragments": n,
+                  "opaqueParts": totals[5]},
+        "targetReached": reached,
+        "steps": steps,
+        "fragments": [
+            {"id": fid, "kind": kind, "protected": protected, "charsBefore": b[0],
+             "charsAfter": a[0], "tokensBefore": None, "tokensAfter": None,
+             "messagesBefore": b[1], "messagesAfter": a[1], "changed": k is not None}
+            for fid, (kind, protected), b, a, k in zip(ids, kinds, before, after, kept,
+                                                       strict=True)
+        ],
+        "warnings": [flat_json(_pairing_warning(ids[i], index, code, cid))
+                     for i, index, code, cid in found],
+        "audit": None,
+    }
+
+
 def _json_of(value: Any) -> Any:
     """An event's value as JSON: figures and report entries by their JSON documents."""
     if isinstance(value, Totals):

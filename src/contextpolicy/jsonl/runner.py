@@ -30,7 +30,7 @@ import numpy as np
 import orjson
 
 from .. import _kernel
-from ..core import fused_report, process_context
+from ..core import fused_report_json, process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
 from ..plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan
 from ..policy import ReducePolicy, validate_context_policy
@@ -86,7 +86,7 @@ def _streaming_gc() -> Iterator[None]:
 Figures = tuple[bool, bool, int, int, int, int, int, int, list[str]]
 
 
-@dataclass
+@dataclass(slots=True)
 class LineResult:
     """What one input line became."""
 
@@ -181,14 +181,9 @@ def _figures(report: ContextReport) -> Figures:
 def _fused_figures(raw: tuple[Any, ...], target_reached: bool) -> Figures:
     """:func:`_figures` of a run the kernel did in one call (``_kernel.reduce_transcript``), from
     its records (a test holds the two to each other)."""
-    removed = groups = 0
-    for d in raw[4]:
-        if d[0] == "applied":
-            removed += d[6]
-            groups += d[4] - d[5]
     totals = raw[8]
-    return (raw[0], target_reached, totals[0], totals[3], totals[1], totals[4], removed, groups,
-            [w[2] for w in raw[5]])
+    return (raw[0], target_reached, totals[0], totals[3], totals[1], totals[4], totals[6],
+            totals[7], [w[2] for w in raw[5]] if raw[5] else [])
 
 
 def _with_empty_history(plan: ContextPlan) -> ContextPlan:
@@ -307,6 +302,7 @@ class _Worker:
         self.fused = prepared._fused if all(
             name == "history" for name, _ in prepared._fragment_refs
         ) else None
+        self.reduces = type(self.policy) is ReducePolicy
         self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
                                  for fid in ("system", "history", "question")}
 
@@ -391,15 +387,13 @@ class _Worker:
                                         self.needs_history)
         out = dict(doc)
         out["messages"] = raw[6]
-        policy = prepared.policy
-        after_chars = raw[8][3]
-        reached = not (prepared._watermark >= 0 and after_chars > prepared._watermark) if type(
-            policy) is ReducePolicy else False
-        line = LineResult(number, output=dumps(out) + b"\n", figures=_fused_figures(raw, reached))
+        # A validate reaches no target (report.targetReached is null).
+        line = LineResult(number, output=dumps(out) + b"\n",
+                          figures=_fused_figures(raw, self.reduces and raw[8][8]))
         if self.with_reports:
             kinds = self.transcript_kinds
-            data = fused_report(prepared, raw, [kinds[fid] for fid in raw[7]])
-            line.report = dumps({"id": doc.get("id"), "report": data.json()})
+            line.report = dumps({"id": doc.get("id"), "report": fused_report_json(
+                prepared, raw, [kinds[fid] for fid in raw[7]])})
         return line
 
     def in_worker_process(self) -> _Worker:
