@@ -535,8 +535,8 @@ def _parser() -> argparse.ArgumentParser:
                    metavar="NAME,...",
                    help="seeded corpora timed beside the sizes, or 'none' (default chats,"
                    "agent-traces,long-transcripts)")
-    p.add_argument("--conversations", type=int, default=200, metavar="N",
-                   help="conversations drawn from each corpus (default 200)")
+    p.add_argument("--conversations", type=int, default=100, metavar="N",
+                   help="conversations drawn from each corpus (default 100)")
     p.add_argument("--repeat", type=int, default=5, metavar="N",
                    help="timed runs per measurement; the fastest counts (default 5)")
     p.add_argument("--no-langchain", action="store_true", help="leave LangChain out")
