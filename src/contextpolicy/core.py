@@ -49,7 +49,13 @@ from .policy.rules import fragment_refs
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 from .policy.watermark import targets_met
 from .policy.watermark import triggered as policy_triggered
-from .prepared import PreparedPolicy, _is_async_callable, check_arguments, prepared_for_call
+from .prepared import (
+    PreparedPolicy,
+    _is_async_callable,
+    _items,
+    check_arguments,
+    prepared_for_call,
+)
 from .report import (
     AuditReport,
     ContextEvent,
@@ -59,6 +65,8 @@ from .report import (
     StepReport,
     Totals,
     Usage,
+    _given,
+    _lazy,
     _Report,
     flat_json,
 )
@@ -307,9 +315,8 @@ class _Run:
         data = self._report(plan, outcome, before, after, measures_before, measures_after,
                             warnings)
         fragments = list(outcome.fragments)
-        result = ContextResult._measured(
-            assemble(fragments), lambda: (fragments, plan.original, data)
-        )
+        result = _lazy(ContextResult, assemble(fragments), _given,
+                       (fragments, plan.original, data))
         if listening:
             self.emit("context.completed", {"before": before, "after": after,
                                             "triggered": data.triggered,
@@ -539,7 +546,7 @@ def _fused(
                               prepared._watermark, Fragment, PROTECTED_KINDS)
     if raw is None:  # a fragment of a subclass, or a step the plan does not fit
         return None
-    return ContextResult._measured(raw[6], lambda: _fused_records(plan, prepared, raw))
+    return _lazy(ContextResult, raw[6], _fused_records, (plan, prepared, raw))
 
 
 def _fused_records(
@@ -713,7 +720,9 @@ def process_context(
             and implementations is None):
         # The common call: one kernel pass when the policy allows it.
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
-        prepared = prepared_for_call(policy, None, None)
+        prepared = policy if (type(policy) is PreparedPolicy
+                              and policy._items == _items(policy.policy)) else (
+            prepared_for_call(policy, None, None))
         steps = prepared._fused if prepared is not None else None
         if steps is not None and on_step_error in ("continue", "raise"):
             # The kernel checks the steps' fragments itself (None: the full check says why).

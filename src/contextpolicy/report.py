@@ -179,7 +179,9 @@ class ContextResult:
 
     __slots__ = ("_input", "_make", "_plan", "_records", "_report")
     _input: list[dict[str, Any]]
-    _make: Callable[[], tuple[list[Any], list[Any] | None, ReportData]] | None
+    # (make, args): make(*args) gives the records (fragments, original, report data).
+    _make: tuple[Callable[..., tuple[list[Any], list[Any] | None, ReportData]],
+                 tuple[Any, ...]] | None
     _plan: ContextPlan | None
     _records: tuple[list[Any], list[Any] | None, ReportData] | None
     _report: ContextReport | None
@@ -190,22 +192,12 @@ class ContextResult:
         self._plan, self._input, self._report = plan, input, report
         self._make = self._records = None
 
-    @classmethod
-    def _measured(
-        cls, input: list[dict[str, Any]],
-        make: Callable[[], tuple[list[Any], list[Any] | None, ReportData]],
-    ) -> ContextResult:
-        """A result whose plan and report records ``make()`` gives when first needed."""
-        result = _new(cls)
-        result._input, result._make = input, make
-        result._plan = result._report = result._records = None
-        return result
-
     def _data(self) -> ReportData:
         records = self._records
         if records is None:
             assert self._make is not None
-            records = self._records = self._make()
+            make, args = self._make
+            records = self._records = make(*args)
             self._make = None
         return records[2]
 
@@ -245,6 +237,23 @@ class ContextResult:
 
     def __repr__(self) -> str:
         return f"ContextResult(plan={self.plan!r}, input={self.input!r}, report={self.report!r})"
+
+
+def _lazy(
+    cls: type[ContextResult], input: list[dict[str, Any]],
+    make: Callable[..., tuple[list[Any], list[Any] | None, ReportData]], args: tuple[Any, ...],
+) -> ContextResult:
+    """A result whose plan and report records ``make(*args)`` gives when they are first read."""
+    result = _new(cls)
+    result._input = input
+    result._make = (make, args)
+    result._plan = result._report = result._records = None
+    return result
+
+
+def _given(*records: Any) -> Any:
+    """The records themselves (for a run that has them at hand)."""
+    return records
 
 
 # ---------------------------------------------------------------------------------------------
