@@ -540,14 +540,17 @@ cdef int _fill(object messages, object fragment_id, Py_ssize_t n, int8_t* roles,
     return 0
 
 
+cdef tuple _new_arrays(Py_ssize_t n):
+    # (role codes, chars, flags, opaque parts): n entries each, for the kernel to fill.
+    return (np.empty(n, dtype=np.int8), np.empty(n, dtype=np.int64),
+            np.empty(n, dtype=np.uint8), np.empty(n, dtype=np.int32))
+
+
 def measure_messages(messages, fragment_id=None):
     """One pass over ``messages``: (role codes, chars, flags, opaque parts), one entry each."""
     _check_list(messages, fragment_id)
     cdef Py_ssize_t n = PyList_GET_SIZE(messages)
-    roles_a = np.empty(n, dtype=np.int8)
-    chars_a = np.empty(n, dtype=np.int64)
-    flags_a = np.empty(n, dtype=np.uint8)
-    opaque_a = np.empty(n, dtype=np.int32)
+    roles_a, chars_a, flags_a, opaque_a = _new_arrays(n)
     cdef int8_t[::1] roles = roles_a
     cdef int64_t[::1] chars = chars_a
     cdef uint8_t[::1] flags = flags_a
@@ -609,10 +612,7 @@ cdef class Measure:
     def arrays(self):
         """(role codes, chars, flags, opaque parts) as numpy arrays (copies)."""
         cdef Py_ssize_t n = self.messages
-        roles_a = np.empty(n, dtype=np.int8)
-        chars_a = np.empty(n, dtype=np.int64)
-        flags_a = np.empty(n, dtype=np.uint8)
-        opaque_a = np.empty(n, dtype=np.int32)
+        roles_a, chars_a, flags_a, opaque_a = _new_arrays(n)
         cdef int8_t[::1] roles = roles_a
         cdef int64_t[::1] chars = chars_a
         cdef uint8_t[::1] flags = flags_a

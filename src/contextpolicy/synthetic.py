@@ -112,6 +112,28 @@ def _script_kind(rng: _Rand) -> int:
 _CALLS = (0, 1, 1, 1, 2, 2, 2, 3, 3, 3)  # about 1.8 tool calls per turn
 
 
+def _tool_pair(
+    out: list[dict[str, Any]], call_id: str, tool: str, args: dict[str, Any], result: str,
+    lead: Any,
+) -> None:
+    """A tool call and its result: Anthropic blocks (``lead()`` draws the text before the call)
+    or OpenAI ``tool_calls`` and a ``tool`` message (``lead`` is ``None``)."""
+    if lead is not None:
+        out.append({"role": "assistant", "content": [
+            {"type": "text", "text": lead()},
+            {"type": "tool_use", "id": call_id, "name": tool, "input": args},
+        ]})
+        out.append({"role": "user", "content": [
+            {"type": "tool_result", "tool_use_id": call_id, "content": result},
+        ]})
+    else:
+        out.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": call_id, "type": "function",
+            "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)},
+        }]})
+        out.append({"role": "tool", "tool_call_id": call_id, "content": result})
+
+
 def _turn(rng: _Rand, text: _Text, turn: int, out: list[dict[str, Any]]) -> None:
     out.append({"role": "user", "content": text.take(rng, _length(rng, 300), _script_kind(rng))})
     calls = _CALLS[rng.integers(0, len(_CALLS))]
@@ -121,20 +143,8 @@ def _turn(rng: _Rand, text: _Text, turn: int, out: list[dict[str, Any]]) -> None
         tool = _TOOLS[rng.integers(0, len(_TOOLS))]
         args = {"id": rng.integers(1000, 99999), "query": text.take(rng, 24, 0)}
         result = text.take(rng, _length(rng, 450), _script_kind(rng))
-        if anthropic:
-            out.append({"role": "assistant", "content": [
-                {"type": "text", "text": text.take(rng, _length(rng, 120), 0)},
-                {"type": "tool_use", "id": call_id, "name": tool, "input": args},
-            ]})
-            out.append({"role": "user", "content": [
-                {"type": "tool_result", "tool_use_id": call_id, "content": result},
-            ]})
-        else:
-            out.append({"role": "assistant", "content": None, "tool_calls": [{
-                "id": call_id, "type": "function",
-                "function": {"name": tool, "arguments": json.dumps(args)},
-            }]})
-            out.append({"role": "tool", "tool_call_id": call_id, "content": result})
+        _tool_pair(out, call_id, tool, args, result,
+                   (lambda: text.take(rng, _length(rng, 120), 0)) if anthropic else None)
     answer = text.take(rng, _length(rng, 400), _script_kind(rng))
     out.append({"role": "assistant", "content": answer})
     if rng.random() < 0.02:
@@ -308,20 +318,8 @@ def _trace(rng: _Rand, text: _Text) -> list[dict[str, Any]]:
             args = {"id": rng.integers(1000, 99999),
                     "query": text.take(rng, 30, rng.integers(0, 4))}
             result = text.take(rng, _tool_output(rng), rng.integers(0, 4))
-            if anthropic:
-                out.append({"role": "assistant", "content": [
-                    {"type": "text", "text": text.take(rng, _length(rng, 80), 3)},
-                    {"type": "tool_use", "id": call_id, "name": tool, "input": args},
-                ]})
-                out.append({"role": "user", "content": [
-                    {"type": "tool_result", "tool_use_id": call_id, "content": result},
-                ]})
-            else:
-                out.append({"role": "assistant", "content": None, "tool_calls": [{
-                    "id": call_id, "type": "function",
-                    "function": {"name": tool, "arguments": json.dumps(args, ensure_ascii=False)},
-                }]})
-                out.append({"role": "tool", "tool_call_id": call_id, "content": result})
+            _tool_pair(out, call_id, tool, args, result,
+                       (lambda: text.take(rng, _length(rng, 80), 3)) if anthropic else None)
         if len(out) < n:
             out.append({"role": "assistant",
                         "content": text.take(rng, _length(rng, 350), rng.integers(0, 4))})
