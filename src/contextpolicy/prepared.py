@@ -137,11 +137,13 @@ def _fused_spec(
 
 
 def _items(typed: TypedPolicy) -> tuple[Any, ...]:
-    # The steps by identity, or the mutable ids: what a typed policy's lists hold.
-    if type(typed) is ReducePolicy:
-        return tuple(map(id, list.copy(typed.steps)))
-    if type(typed) is AuditPolicy:
-        return tuple(list.copy(typed.mutable_fragment_ids))
+    # What a typed policy's lists hold (the steps, or the mutable ids): equal items, the same
+    # policy. A tuple of the list compares element by element, identity first: cheap per call.
+    kind = type(typed)
+    if kind is ReducePolicy:
+        return tuple(typed.steps)  # type: ignore[union-attr]
+    if kind is AuditPolicy:
+        return tuple(typed.mutable_fragment_ids)  # type: ignore[union-attr]
     return ()
 
 
