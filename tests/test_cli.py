@@ -673,3 +673,21 @@ def test_collector_settings_are_restored_after_a_run_and_after_an_abandoned_one(
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
     assert [r.line for r in process_lines([lines], SEED_POLICY, jobs=jobs)] == [1, 2, 3, 4, 5, 6]
     assert gc.get_threshold() == before and gc.get_freeze_count() == frozen
+
+
+def test_a_compress_policy_names_its_missing_handler_per_line(workdir):
+    # reduce registers no handlers: each line says so, as a one-line error, never a traceback.
+    (workdir / "compress.json").write_text(json.dumps({
+        "mode": "reduce", "triggerChars": 10, "steps": [
+            {"id": "c", "kind": "compress", "fragmentId": "history", "handlerId": "x",
+             "targetChars": 5}]}))
+    write_corpus(workdir / "in.jsonl", 2)
+    result = run("reduce", "in.jsonl", "--policy", "compress.json", "-o", "out.jsonl",
+                 cwd=workdir)
+    assert result.returncode != 0 and b"Traceback" not in result.stderr
+    assert (b"in.jsonl:1: invalid context policy: steps[0].handlerId: no handler 'x' is "
+            b"registered (registered: none) [unknown-handler]") in result.stderr
+    skipped = run("reduce", "in.jsonl", "--policy", "compress.json", "-o", "out.jsonl",
+                  "--on-error", "skip", cwd=workdir)
+    assert skipped.returncode == 0, skipped.stderr
+    assert skipped.stderr.count(b"[unknown-handler]") == 2

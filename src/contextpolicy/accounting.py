@@ -159,12 +159,6 @@ class FragmentMeasure:
     def opaque(self) -> npt.NDArray[np.int32] | None:
         return self._array(3)  # type: ignore[no-any-return]
 
-    def group(self, grouping: int) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
-        """Group offsets and chars per group."""
-        flags, chars = self.flags, self.message_chars
-        assert flags is not None and chars is not None
-        return _kernel.group_offsets(flags, chars, grouping)
-
     def tail(self, start: int, tokens: int | None) -> FragmentMeasure:
         """The measure of ``messages[start:]``: the same message objects, so the same figures."""
         assert self.kernel is not None
@@ -178,7 +172,7 @@ def measure_messages(
     """Measure a message list in one kernel pass (and count its tokens with ``counter``)."""
     kernel = _kernel.measure(messages, fragment_id)
     tokens = counter.count_messages(messages, fragment_id) if counter is not None else None
-    return FragmentMeasure(kernel.chars, kernel.messages, kernel.opaque_parts, tokens, kernel)
+    return FragmentMeasure.of(kernel, tokens)
 
 
 def measure_fragment(fragment: Fragment, counter: TokenCounter | None = None) -> FragmentMeasure:

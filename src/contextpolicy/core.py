@@ -21,6 +21,7 @@ from .accounting import (
     assemble,
     measure_fragment,
     measure_messages,
+    sum_tokens,
 )
 from .content import plain_copy
 from .content import snapshot as content_snapshot
@@ -45,7 +46,6 @@ from .implementations.base import (
 )
 from .plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan, changed_fields
 from .policy import AuditPolicy, ReducePolicy, TypedPolicy
-from .policy.rules import fragment_refs
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 from .policy.watermark import targets_met
 from .policy.watermark import triggered as policy_triggered
@@ -54,7 +54,9 @@ from .prepared import (
     _is_async_callable,
     _items,
     check_arguments,
+    plan_refs,
     prepared_for_call,
+    tokens_without_counter,
 )
 from .report import (
     AuditReport,
@@ -165,14 +167,12 @@ def _copied(plan: ContextPlan) -> ContextPlan:
 
 def _usage(measures: Sequence[FragmentMeasure]) -> Totals:
     chars = messages = opaque = 0
-    tokens: int | None = 0
     for m in measures:
         chars += m.chars
         messages += m.messages
         opaque += m.opaque_parts
-        if tokens is not None:
-            tokens = None if m.tokens is None else tokens + m.tokens
-    return Totals(chars, tokens, messages, len(measures), opaque)
+    return Totals(chars, sum_tokens(m.tokens for m in measures), messages, len(measures),
+                  opaque)
 
 
 class _Run:
@@ -225,20 +225,13 @@ class _Run:
             policy, handlers, counter = policy.policy, policy.handlers, policy.counter
         tc = as_counter(counter)
         given = dict(handlers or {})
-        refs = fragment_refs(self.plan.fragments)
-        if (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
+        audit = (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
             policy, AuditPolicy
-        ):
-            # An audit names fragments of the original too (a removed one, say); protection is
-            # judged as it was originally.
-            refs.update(fragment_refs(self.plan.original or ()))
-        typed, issues = policy_issues(policy, refs, given)
+        )
+        typed, issues = policy_issues(policy, plan_refs(self.plan, audit), given)
         token_key = uses_tokens(policy)
         if token_key is not None and tc is None:
-            issues.append(Issue(
-                token_key, "token watermarks need a token counter (pass counter=...); tokens "
-                "are never guessed from characters", "tokens-without-counter",
-            ))
+            issues.append(tokens_without_counter(token_key))
         if not is_async:
             for ref in references(typed if typed is not None else policy):
                 handler = given.get(ref.name) if ref.what == "handler" else None
@@ -720,6 +713,7 @@ def process_context(
             and implementations is None):
         # The common call: one kernel pass when the policy allows it.
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
+        # prepared_for_call's first case, written out: a few percent of a short call.
         prepared = policy if (type(policy) is PreparedPolicy
                               and policy._items == _items(policy.policy)) else (
             prepared_for_call(policy, None, None))

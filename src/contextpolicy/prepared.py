@@ -20,9 +20,10 @@ from ._tables import GROUPING_CODES
 from .accounting import TokenCounter, as_counter
 from .errors import ContextPolicyError, Issue
 from .implementations import DEFAULT_IMPLEMENTATIONS
-from .plan import PROTECTED_KINDS, ContextPlan
+from .plan import ContextPlan
 from .policy import AuditPolicy, ReducePolicy, TypedPolicy
 from .policy.models import TrimStep, ValidatePolicy
+from .policy.rules import FragmentRef, Reference, fragment_refs, reference_issues
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 
 __all__ = ["PreparedPolicy", "check_arguments", "prepare_policy", "prepared_for_call"]
@@ -38,10 +39,10 @@ class PreparedPolicy:
     :class:`TokenCounter` (or ``None``), ``mode`` the policy's mode.
     """
 
-    __slots__ = ("_async", "_fragment_refs", "_fused", "_handler_names", "_items", "_token_key",
+    __slots__ = ("_async", "_fused", "_handler_names", "_items", "_refs", "_token_key",
                  "_trigger", "_watermark", "counter", "handlers", "mode", "policy")
     _async: bool
-    _fragment_refs: tuple[tuple[str, str], ...]
+    _refs: tuple[Reference, ...]
     _fused: tuple[tuple[str, int, int, int], ...] | None
     _handler_names: tuple[str, ...]
     _items: tuple[Any, ...]
@@ -62,7 +63,7 @@ class PreparedPolicy:
         self = object.__new__(cls)
         self.policy, self.handlers, self.counter, self.mode = typed, handlers, counter, typed.mode
         refs = references(typed)
-        self._fragment_refs = tuple((r.name, r.what) for r in refs if r.what != "handler")
+        self._refs = tuple(r for r in refs if r.what != "handler")  # checked against each plan
         self._handler_names = tuple(r.name for r in refs if r.what == "handler")
         self._token_key = uses_tokens(typed)
         # Handlers a sync call cannot run.
@@ -78,43 +79,35 @@ class PreparedPolicy:
                 f"counter={'yes' if self.counter is not None else 'none'})")
 
     def fits(self, plan: ContextPlan, is_async: bool) -> bool:
-        """The policy applies to ``plan`` as it is: every fragment it names is there, may
-        change and holds messages where a step needs them; handlers this call can run; an
-        original for an audit. ``False``: the full check says what is wrong."""
+        """The policy applies to ``plan`` as it is: its references keep the reference rules
+        against the plan's fragments, this call can run its handlers, an audit has an
+        original. ``False``: the full check says what is wrong."""
         if self._async and not is_async:
             return False
-        policy = self.policy
-        if type(policy) is AuditPolicy and plan.original is None:
+        audit = type(self.policy) is AuditPolicy
+        if audit and plan.original is None:
             return False
-        if not self._fragment_refs:
-            return True
-        fragments = plan.fragments
-        if type(policy) is AuditPolicy:
-            # An audit names fragments of the original too; protection as it was originally
-            # (the original's come first).
-            fragments = list(plan.original or ()) + fragments
-        for name, what in self._fragment_refs:
-            f = None
-            for candidate in fragments:  # a plan has a handful of fragments: no dict to build
-                if candidate.id == name:
-                    f = candidate
-                    break
-            if f is None:
-                if what != "keep-groups":  # its fragmentId already says so
-                    return False
-                continue
-            protected = f.kind in PROTECTED_KINDS or bool(f.protected)
-            if what == "keep-groups":
-                if f.messages is None and not protected:
-                    return False
-            elif protected or (what == "trim" and f.messages is None):
-                return False
-        return True
+        return not self._refs or not reference_issues(self._refs, plan_refs(plan, audit), None)
 
     def current(self, typed: TypedPolicy) -> bool:
         """``typed`` still holds what this was prepared from (its lists are the caller's, and
         could have changed in place)."""
         return _items(typed) == self._items
+
+
+def plan_refs(plan: ContextPlan, audit: bool) -> dict[str, FragmentRef]:
+    """The plan's fragments as the reference rules see them. An audit names fragments of the
+    original too (a removed one, say), and judges protection as it was originally."""
+    refs = fragment_refs(plan.fragments)
+    if audit:
+        refs.update(fragment_refs(plan.original or ()))
+    return refs
+
+
+def tokens_without_counter(key: str) -> Issue:
+    """The issue of a token watermark (at ``key``) without a counter."""
+    return Issue(key, "token watermarks need a token counter (pass counter=...); tokens are "
+                 "never guessed from characters", "tokens-without-counter")
 
 
 def _fused_spec(
@@ -222,10 +215,7 @@ def prepare_policy(
     issues += more
     token_key = uses_tokens(typed if typed is not None else policy)
     if token_key is not None and counter is None:
-        issues.append(Issue(
-            token_key, "token watermarks need a token counter (pass counter=...); tokens are "
-            "never guessed from characters", "tokens-without-counter",
-        ))
+        issues.append(tokens_without_counter(token_key))
     if issues:
         raise ContextPolicyError(dedupe(issues))
     assert typed is not None

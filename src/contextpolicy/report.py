@@ -192,21 +192,20 @@ class ContextResult:
         self._plan, self._input, self._report = plan, input, report
         self._make = self._records = None
 
-    def _data(self) -> ReportData:
+    def _made(self) -> tuple[list[Any], list[Any] | None, ReportData]:
+        """The records (fragments, original, report data), made on first use."""
         records = self._records
         if records is None:
             assert self._make is not None
             make, args = self._make
             records = self._records = make(*args)
             self._make = None
-        return records[2]
+        return records
 
     @property
     def plan(self) -> ContextPlan:
         if self._plan is None:
-            self._data()
-            assert self._records is not None
-            fragments, original, _ = self._records
+            fragments, original, _ = self._made()
             self._plan = built(ContextPlan, {"fragments": list(fragments),
                                              "original": original})
         return self._plan
@@ -218,7 +217,7 @@ class ContextResult:
     @property
     def report(self) -> ContextReport:
         if self._report is None:
-            self._report = self._data().model()
+            self._report = self._made()[2].model()
         return self._report
 
     def report_json(self) -> dict[str, Any]:
@@ -226,7 +225,7 @@ class ContextResult:
         measured records when the report was not read as a model."""
         if self._report is not None:
             return self._report.to_json_dict()
-        return self._data().json()
+        return self._made()[2].json()
 
     def __eq__(self, other: object) -> bool:
         if not isinstance(other, ContextResult):

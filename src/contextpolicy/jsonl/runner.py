@@ -34,7 +34,7 @@ from ..core import fused_report_json, process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
 from ..plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan
 from ..policy import ReducePolicy, validate_context_policy
-from ..prepared import prepare_policy
+from ..prepared import PreparedPolicy
 from ..report import ContextReport
 from .files import (
     FileError,
@@ -281,7 +281,8 @@ class _Worker:
 
     def __init__(self, policy: dict[str, Any], with_reports: bool) -> None:
         self.policy = validate_context_policy(policy)
-        self.prepared = prepare_policy(self.policy)
+        # The policy alone: handlers a step names are missing here, which each line reports.
+        self.prepared = PreparedPolicy._of(self.policy, {}, None)
         self.policy_doc = policy
         self.with_reports = with_reports
         self._files: dict[str, int] = {}  # open input files, by path
@@ -300,7 +301,7 @@ class _Worker:
         # kernel runs and names no fragment but the history, which may change and holds messages.
         prepared = self.prepared
         self.fused = prepared._fused if all(
-            name == "history" for name, _ in prepared._fragment_refs
+            ref.name == "history" for ref in prepared._refs
         ) else None
         self.reduces = type(self.policy) is ReducePolicy
         self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
