@@ -233,3 +233,82 @@ def test_one_call_reductions_agree(differential, history, trims, trigger, waterm
     # The assembled input is the fragments as they ended, and its measure is the figures.
     roles, chars, flags, opaque = differential("measure_messages", assembled)
     assert (int(chars.sum()), len(chars), int(opaque.sum())) == totals[3:6]
+
+
+# ---------------------------------------------------------------------------------------------
+# reduce_rows: many transcripts as arrays
+
+
+@st.composite
+def row_arrays(draw):
+    """Arrays as reduce_rows takes them: roles, flags and chars per message, call and result
+    codes from a small id space (so that calls, results and orphans meet), a few rows."""
+    from contextpolicy._tables import (
+        FLAG_OPENS_TURN, FLAG_TOOL_CALLS, FLAG_TOOL_RESULT, ROLE_TOOL, ROLE_USER)
+
+    rows = draw(st.lists(st.integers(0, 12), min_size=0, max_size=6))
+    m = sum(rows)
+    roles = draw(st.lists(st.integers(0, len(ROLE_NAMES) - 1), min_size=m, max_size=m))
+    ncodes = draw(st.integers(0, 4))
+    chars, flags, calls, results, call_offsets = [], [], [], [], [0]
+    for r in roles:
+        chars.append(draw(st.integers(0, 300)))
+        f = FLAG_OPENS_TURN if r == ROLE_USER else 0
+        if r == ROLE_TOOL or draw(st.integers(0, 5)) == 0:
+            f |= FLAG_TOOL_RESULT
+        mine = draw(st.lists(st.integers(-1, ncodes - 1), max_size=2)) if ncodes else []
+        if mine:
+            f |= FLAG_TOOL_CALLS
+        calls += mine
+        call_offsets.append(len(calls))
+        results.append(draw(st.integers(-1, ncodes - 1)) if r == ROLE_TOOL else -2)
+        flags.append(f)
+    offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
+    steps = tuple(draw(st.lists(st.tuples(st.sampled_from([0, 1]), st.integers(0, 3),
+                                          st.integers(0, 900)), max_size=2)))
+    trigger = draw(st.integers(-1, 900))
+    watermark = draw(st.integers(-1, 900))
+    skip = draw(st.none() | st.lists(st.booleans(), min_size=len(rows), max_size=len(rows)))
+    return (offsets, np.array(roles, dtype=np.int8), np.array(flags, dtype=np.uint8),
+            np.array(chars, dtype=np.int64), np.array(call_offsets, dtype=np.int64),
+            np.array(calls, dtype=np.int64), np.array(results, dtype=np.int64), ncodes, steps,
+            trigger, watermark, None if skip is None else np.array(skip, dtype=np.uint8))
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(row_arrays())
+def test_reduce_rows_agrees(differential, args):
+    head, cut, tail, before, after, groups, fired, warn = differential("reduce_rows", *args)
+    offsets, skip = args[0], args[-1]
+    done = np.ones(len(head), dtype=bool) if skip is None else skip == 0
+    assert bool(np.all(((offsets[:-1] <= head) & (head <= cut) & (cut <= tail)
+                        & (tail <= offsets[1:]))[done]))
+    assert bool(np.all((after <= before)[done]))
+    assert not np.any(np.concatenate([head, cut, tail, before, after])[np.tile(~done, 5)])
+
+
+def test_reduce_rows_rejects_what_it_cannot_read(differential):
+    ok = (np.array([0, 2]), np.array([3, 4], dtype=np.int8), np.array([1, 0], dtype=np.uint8),
+          np.array([5, 5]), np.array([0, 0, 0]), np.array([], dtype=np.int64),
+          np.array([-2, -2]), 0, ((0, 0, 0),), 1, 1)
+    assert differential("reduce_rows", *ok)[1].tolist() == [2]  # the whole history cut
+    bad = {
+        0: np.array([0, 3]),  # offsets past the messages
+        3: np.array([5, -1]),  # negative chars
+        4: np.array([0, 1, 0]),  # decreasing call offsets
+        6: np.array([-2, 7]),  # a result code outside the dictionary
+        8: ((5, 0, 0),),  # an unknown grouping
+    }
+    for at, value in bad.items():
+        args = list(ok)
+        args[at] = value
+        with pytest.raises(ValueError):
+            differential("reduce_rows", *args)
+    with pytest.raises(ValueError):
+        differential("reduce_rows", *ok[:8], ((0, -1, 0),), 1, 1)
+    with pytest.raises(ValueError):
+        differential("reduce_rows", *ok, np.array([1, 0, 1], dtype=np.uint8))
+    with pytest.raises(ValueError):
+        differential("reduce_rows", *ok[:7], -1, *ok[8:])
+    # A dictionary said to be vast costs nothing: the state covers the codes in use.
+    assert differential("reduce_rows", *ok[:7], 1 << 62, *ok[8:])[1].tolist() == [2]

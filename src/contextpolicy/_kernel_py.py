@@ -43,6 +43,8 @@ from .errors import ContextPlanError
 
 __all__ = [
     "GROUP_MESSAGE",
+    "ORPHAN_CODE",
+    "UNANSWERED_CODE",
     "GROUP_USER_TURN",
     "IMPLEMENTATION",
     "TABLES",
@@ -52,6 +54,7 @@ __all__ = [
     "measure_messages",
     "message_text_pieces",
     "reduce_plan",
+    "reduce_rows",
     "reduce_transcript",
     "role_codes_utf8",
     "split_transcript",
@@ -789,3 +792,161 @@ def trim_cut_many(
         after[r] = ngroups - g
         kept_chars[r] = int(group_chars[g:].sum())
     return first, before, after, kept_chars
+
+
+# ---------------------------------------------------------------------------------------------
+# Many transcripts at once (the columnar form of reduce_transcript)
+
+ORPHAN_CODE = 0  # warning codes of reduce_rows: an orphan tool result ...
+UNANSWERED_CODE = 1  # ... and an unanswered tool call
+
+
+def _rows_pairing(
+    lo: int, hi: int, flags: Any, call_offsets: Any, call_codes: Any, result_codes: Any,
+    orphans_only: bool = False,
+) -> list[tuple[int, int, int]]:
+    """:func:`tool_pairing` of messages ``lo:hi`` given as codes: ``(index, code, id)``."""
+    called: set[int] = set()
+    pending: dict[int, int] = {}
+    found: list[tuple[int, int, int]] = []
+    for i in range(lo, hi):
+        f = int(flags[i])
+        if f & FLAG_TOOL_RESULT:
+            cid = int(result_codes[i])
+            if cid != -2:
+                if cid >= 0 and cid in pending:
+                    del pending[cid]
+                elif cid < 0 or cid not in called:
+                    found.append((i, ORPHAN_CODE, cid))
+        if f & FLAG_TOOL_CALLS:
+            for j in range(int(call_offsets[i]), int(call_offsets[i + 1])):
+                cid = int(call_codes[j])
+                if cid < 0:
+                    continue
+                called.add(cid)
+                if cid not in pending:
+                    pending[cid] = i
+    if not orphans_only:
+        found += [(i, UNANSWERED_CODE, cid) for cid, i in pending.items()]
+        found.sort(key=lambda item: item[0])
+    return found
+
+
+def reduce_rows(
+    list_offsets: Any, roles: Any, flags: Any, chars: Any, call_offsets: Any, call_codes: Any,
+    result_codes: Any, ncodes: int, steps: tuple[tuple[int, int, int], ...],
+    trigger_chars: int, watermark_chars: int, skip: Any = None,
+) -> tuple[Any, ...]:
+    """:func:`reduce_transcript` of many transcripts held as arrays, in one call.
+
+    ``list_offsets`` delimit each transcript's messages in ``roles``, ``flags`` and ``chars``
+    (what :func:`measure_messages` gives); ``call_offsets`` delimit each message's tool call
+    ids in ``call_codes`` (``-1``: a call without an id); ``result_codes`` is the id a message
+    answers (``-2``: none, it is not a ``tool`` message; ``-1``: a result without an id). Ids
+    are codes below ``ncodes``. ``steps``: ``(grouping, keep_groups, target_chars)`` per trim of
+    the history; rows where ``skip`` is set are left at zero.
+
+    Returns per row ``(head, cut, tail, chars_before, chars_after, groups_removed, fired)``
+    (``messages[a:head]`` the system fragment, ``messages[cut:tail]`` the kept history,
+    ``messages[tail:b]`` the question, as absolute message indices) and the pairing warnings of
+    the result as arrays ``(row, fragment, index, code, id)`` (fragment 0 system, 1 history,
+    2 question; the index within its fragment; code :data:`ORPHAN_CODE` or
+    :data:`UNANSWERED_CODE`).
+    """
+    off = np.asarray(list_offsets)
+    roles = np.asarray(roles)
+    flags = np.asarray(flags)
+    chars = np.asarray(chars)
+    call_offsets = np.asarray(call_offsets)
+    call_codes = np.asarray(call_codes)
+    result_codes = np.asarray(result_codes)
+    m = len(flags)
+    _check_offsets(off, m, "reduce_rows")
+    if len(roles) != m or len(chars) != m or len(result_codes) != m:
+        raise ValueError("roles, flags, chars and result_codes differ in length")
+    if len(call_offsets) != m + 1:
+        raise ValueError(f"call_offsets: expected {m + 1} entries, got {len(call_offsets)}")
+    _check_offsets(call_offsets, len(call_codes), "reduce_rows")
+    if ncodes < 0:
+        raise ValueError("ncodes must be >= 0")
+    if len(call_codes) and (int(call_codes.min()) < -1 or int(call_codes.max()) >= ncodes):
+        raise ValueError(f"call_codes must lie in -1..{ncodes - 1}")
+    if len(result_codes) and (int(result_codes.min()) < -2 or int(result_codes.max()) >= ncodes):
+        raise ValueError(f"result_codes must lie in -2..{ncodes - 1}")
+    if len(chars) and int(chars.min()) < 0:
+        raise ValueError("chars must be >= 0")
+    for grouping, keep, target in steps:
+        if grouping not in (GROUP_USER_TURN, GROUP_MESSAGE):
+            raise ValueError(f"unknown grouping code {grouping}")
+        if keep < 0 or target < 0:
+            raise ValueError("keep_groups and target_chars must be >= 0")
+    n = len(off) - 1
+    if skip is not None and len(skip) != n:
+        raise ValueError(f"skip: expected {n} entries, got {len(skip)}")
+    out = [np.zeros(n, dtype=np.int64) for _ in range(6)]
+    fired_out = np.zeros(n, dtype=np.uint8)
+    warn: list[tuple[int, int, int, int, int]] = []
+    tool_bits = FLAG_TOOL_CALLS | FLAG_TOOL_RESULT
+
+    def calls_of(i: int) -> list[int]:
+        return [int(c) for c in call_codes[int(call_offsets[i]):int(call_offsets[i + 1])]]
+
+    for r in range(n):
+        if skip is not None and skip[r]:
+            continue
+        a, b = int(off[r]), int(off[r + 1])
+        head = a
+        while head < b and int(roles[head]) in INSTRUCTION_ROLE_CODES:
+            head += 1
+        tail = b
+        if tail > head and int(roles[b - 1]) == ROLE_USER and not int(flags[b - 1]) & (
+            FLAG_TOOL_RESULT
+        ):
+            tail -= 1
+        total = int(chars[a:b].sum())
+        fired = trigger_chars >= 0 and total > trigger_chars
+        h0 = head
+        removed_groups = 0
+        for grouping, keep, target in steps:
+            if not fired or not (watermark_chars >= 0 and total > watermark_chars):
+                continue
+            offsets, group_chars = group_offsets(flags[h0:tail], chars[h0:tail], grouping)
+            ngroups = len(group_chars)
+            if ngroups == 0:
+                continue
+            first = trim_cut(group_chars, keep, target)
+            while first > 0:
+                cut = h0 + int(offsets[first])
+                missing = {cid for _, code, cid in _rows_pairing(
+                    cut, tail, flags, call_offsets, call_codes, result_codes, True) if cid >= 0}
+                if not missing:
+                    break
+                earliest = cut
+                for i in range(cut - 1, h0 - 1, -1):
+                    if not int(flags[i]) & FLAG_TOOL_CALLS:
+                        continue
+                    found = missing.intersection(calls_of(i))
+                    if found:
+                        earliest = i
+                        missing -= found
+                        if not missing:
+                            break
+                if earliest == cut:
+                    break
+                first = int(np.searchsorted(offsets, earliest - h0, side="right")) - 1
+            cut = h0 + int(offsets[first])
+            if cut == h0:
+                continue
+            total -= int(chars[h0:cut].sum())
+            removed_groups += first
+            h0 = cut
+        for fragment, (lo, hi) in enumerate(((a, head), (h0, tail), (tail, b))):
+            if hi > lo and np.any(flags[lo:hi] & tool_bits):
+                warn += [(r, fragment, i - lo, code, cid) for i, code, cid in _rows_pairing(
+                    lo, hi, flags, call_offsets, call_codes, result_codes)]
+        for k, value in enumerate((head, h0, tail, int(chars[a:b].sum()), total,
+                                   removed_groups)):
+            out[k][r] = value
+        fired_out[r] = fired
+    w = np.array(warn, dtype=np.int64).reshape(-1, 5)
+    return (*out, fired_out, tuple(np.ascontiguousarray(w[:, k]) for k in range(5)))

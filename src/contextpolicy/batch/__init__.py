@@ -6,4 +6,6 @@ engines that run over many machines call in here. pyarrow is an optional extra, 
 when this layer is used (``pip install contextpolicy[arrow]``).
 """
 
-__all__: list[str] = []
+from .table import FIGURE_COLUMNS, Reduced, figures_schema, reduce_table
+
+__all__ = ["FIGURE_COLUMNS", "Reduced", "figures_schema", "reduce_table"]

@@ -1,0 +1,825 @@
+"""``reduce_table``: a whole Arrow table of transcripts reduced at once.
+
+Each row of the ``messages`` column is one transcript, and each row means exactly what
+``process_context(ContextPlan.from_messages(row), policy)`` means. The columnar path measures
+every message straight from the Arrow buffers (code points from the content buffers, roles from
+the role buffers, tool call ids as dictionary codes), splits, groups and cuts all rows in one
+kernel call, and builds the output by offset arithmetic and one ``take``. A row the columnar
+path cannot measure (content it does not know, tool blocks whose input must be serialised, a
+value the object path rejects) goes through the object path on its own; so do all rows when
+the policy needs objects (compress handlers, a token counter, custom implementations).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple
+
+import numpy as np
+import orjson
+
+from .. import _kernel
+from .._tables import (
+    FLAG_OPENS_TURN,
+    FLAG_TOOL_CALLS,
+    FLAG_TOOL_RESULT,
+    ROLE_FUNCTION,
+    ROLE_TOOL,
+    ROLE_USER,
+    TEXT_PART_TYPES,
+    TOOL_RESULT_PART,
+    TOOL_USE_PART,
+)
+from ..core import process_context
+from ..errors import ContextPlanError, ContextPolicyError, Issue
+from ..plan import ContextPlan, Fragment
+from ..policy import ReducePolicy
+from ..prepared import PreparedPolicy, prepare_policy
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+__all__ = ["FIGURE_COLUMNS", "Reduced", "reduce_table"]
+
+# The figures' columns, in order (tokens_before / tokens_after follow when a counter is given).
+FIGURE_COLUMNS = (
+    "chars_before", "chars_after", "messages_before", "messages_after", "groups_removed",
+    "triggered", "target_reached", "warnings", "path",
+)
+FAST, OBJECT = "columnar", "object"
+_FRAGMENTS = ("system", "history", "question")
+_WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call")
+
+
+class Reduced(NamedTuple):
+    """What :func:`reduce_table` returns: the reduced ``table`` (every column kept, rows in
+    input order) and its ``figures``, one row per input row."""
+
+    table: Any
+    figures: Any
+
+
+def _pa() -> Any:
+    try:
+        import pyarrow as pa
+    except ImportError as exc:  # pragma: no cover - the extra is installed in the test suite
+        raise ImportError(
+            "contextpolicy.batch needs pyarrow: pip install 'contextpolicy[arrow]'"
+        ) from exc
+    return pa
+
+
+def warning_type() -> pa.DataType:
+    """The Arrow type of a figures row's ``warnings``."""
+    pa = _pa()
+    return pa.list_(pa.struct([
+        ("code", pa.string()), ("fragment_id", pa.string()), ("index", pa.int64()),
+        ("tool_call_id", pa.string()),
+    ]))
+
+
+# ---------------------------------------------------------------------------------------------
+# The policy
+
+
+class _Run:
+    """What one ``reduce_table`` call needs of its policy, checked once."""
+
+    def __init__(self, policy: Any, counter: Any, handlers: Mapping[str, Callable[..., Any]] | None,
+                 implementations: Mapping[str, Any] | None) -> None:
+        if isinstance(policy, PreparedPolicy) and (counter is not None or handlers is not None):
+            raise ContextPolicyError(
+                "a prepared policy carries its handlers and counter; pass them to "
+                "prepare_policy(...)", path="handlers" if handlers is not None else "counter",
+                code="invalid-option",
+            )
+        prepared = policy if isinstance(policy, PreparedPolicy) else prepare_policy(
+            policy, handlers=handlers, counter=counter)
+        if prepared.mode == "audit":
+            raise ContextPolicyError(
+                "an audit compares a plan with its original; a table of transcripts has no "
+                "original (use a validate or reduce policy)", path="mode",
+                code="invalid-option",
+            )
+        self.prepared = prepared
+        self.implementations = implementations
+        self.reduces = type(prepared.policy) is ReducePolicy
+        self.counted = prepared.counter is not None
+        self.needs_history = any(ref.name == "history" for ref in prepared._refs)
+        # One kernel call for all rows when the policy is one the kernel runs (validate, or
+        # trims by chars) and it names no fragment but the history.
+        fused = prepared._fused
+        self.steps: tuple[tuple[int, int, int], ...] | None = None
+        if fused is not None and implementations is None and all(
+            ref.name == "history" for ref in prepared._refs
+        ):
+            self.steps = tuple((g, k, t) for _fid, g, k, t in fused)
+        self.fused = fused if self.steps is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading the column
+
+
+def _is_string(t: Any) -> bool:
+    pa = _pa()
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t))
+
+
+def _is_list(t: Any) -> bool:
+    pa = _pa()
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t))
+
+
+def _strings(arr: Any) -> Any:
+    """``arr`` as a string or large_string array (views and dictionaries decoded)."""
+    pa = _pa()
+    if pa.types.is_dictionary(arr.type):
+        arr = arr.dictionary_decode()
+    if pa.types.is_string_view(arr.type):
+        arr = arr.cast(pa.large_string())
+    return arr
+
+
+def _text_type(t: Any) -> bool:
+    pa = _pa()
+    return _is_string(t) or (pa.types.is_dictionary(t) and _is_string(t.value_type))
+
+
+def _buffers(arr: Any) -> tuple[Any, Any]:
+    """(data, offsets) of a string or large_string array, offsets for its own slice."""
+    _validity, offsets, data = arr.buffers()
+    dtype = np.int64 if _pa().types.is_large_string(arr.type) else np.int32
+    offs = np.frombuffer(offsets, dtype=dtype)[arr.offset: arr.offset + len(arr) + 1]
+    return (data if data is not None else b""), offs
+
+
+def _lengths(arr: Any) -> Any:
+    """Code points of each string of ``arr`` (0 where null), straight from its UTF-8."""
+    arr = _strings(arr)
+    data, offs = _buffers(arr)
+    counts = _kernel.utf8_lengths(data, offs)
+    if arr.null_count:
+        counts[_nulls(arr)] = 0
+    return counts
+
+
+def _nulls(arr: Any) -> Any:
+    return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _offsets(arr: Any) -> Any:
+    """List offsets of ``arr`` as int64, starting at 0, and its values sliced to match."""
+    offs = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    base = int(offs[0])
+    values = arr.values.slice(base, int(offs[-1]) - base)
+    return offs - base, values
+
+
+def _field(struct: Any, name: str) -> Any:
+    import pyarrow.compute as pc
+
+    return pc.struct_field(struct, name) if struct.type.get_field_index(name) >= 0 else None
+
+
+def _rows_of(per_message: Any, offs: Any) -> Any:
+    """Rows holding at least one message where ``per_message`` is set."""
+    if not per_message.any():
+        return np.zeros(len(offs) - 1, dtype=bool)
+    counts = np.concatenate([[0], np.cumsum(per_message, dtype=np.int64)])
+    return counts[offs[1:]] > counts[offs[:-1]]
+
+
+def _sums(values: Any, offs: Any) -> Any:
+    """Per list of ``offs``, the sum of its ``values``."""
+    csum = np.concatenate([[0], np.cumsum(values, dtype=np.int64)])
+    return csum[offs[1:]] - csum[offs[:-1]]
+
+
+class _Measured:
+    """The arrays ``_kernel.reduce_rows`` needs for one chunk, and the rows it cannot take."""
+
+    def __init__(self, arr: Any, column: str) -> None:
+        pa = _pa()
+        n = len(arr)
+        offs, values = _offsets(arr)
+        m = len(values)
+        self.offsets = offs
+        self.values = values
+        self.slow = np.zeros(n, dtype=bool)  # rows the object path measures
+        if arr.null_count:
+            self.slow |= _nulls(arr)
+        if values.null_count:
+            self.slow |= _rows_of(_nulls(values), offs)
+        role = _field(values, "role")
+        if role is None or not _text_type(role.type):
+            # No row can be measured here: the object path says what is wrong with each.
+            self.slow[:] = True
+            self.roles = np.zeros(m, dtype=np.int8)
+            self.chars = np.zeros(m, dtype=np.int64)
+            self.flags = np.zeros(m, dtype=np.uint8)
+            self.call_offsets = np.zeros(m + 1, dtype=np.int64)
+            self.call_codes = np.zeros(0, dtype=np.int64)
+            self.result_codes = np.full(m, -2, dtype=np.int64)
+            self.ncodes = 0
+            self.dictionary = pa.array([], type=pa.large_string())
+            return
+        role = _strings(role)
+        if role.null_count:
+            self.slow |= _rows_of(_nulls(role), offs)
+        data, roffs = _buffers(role)
+        roles = _kernel.role_codes_utf8(data, roffs)
+        self.roles = roles
+        chars = np.zeros(m, dtype=np.int64)
+        flags = np.zeros(m, dtype=np.uint8)
+        bad = np.zeros(m, dtype=bool)  # messages the object path must measure
+        content = _field(values, "content")
+        if content is not None:
+            self._content(content, chars, bad)
+        # Tool calls: names and arguments counted, ids coded.
+        call_offsets = np.zeros(m + 1, dtype=np.int64)
+        call_ids = None
+        calls = _field(values, "tool_calls")
+        if calls is not None and calls.null_count < len(calls):
+            call_ids = self._calls(calls, chars, flags, bad, call_offsets)
+        elif calls is not None and not pa.types.is_null(calls.type) and not _is_list(calls.type):
+            bad |= ~_nulls(calls)
+        is_user = roles == ROLE_USER
+        flags[is_user] |= FLAG_OPENS_TURN
+        flags[(roles == ROLE_TOOL) | (roles == ROLE_FUNCTION)] |= FLAG_TOOL_RESULT
+        # What a tool message answers.
+        result_codes = np.full(m, -2, dtype=np.int64)
+        is_tool = roles == ROLE_TOOL
+        answers = None
+        if is_tool.any():
+            tcid = _field(values, "tool_call_id")
+            if tcid is not None and _text_type(tcid.type):
+                answers = _strings(tcid)
+            elif tcid is not None and not pa.types.is_null(tcid.type):
+                bad |= is_tool & ~_nulls(tcid)
+            result_codes[is_tool] = -1
+        self.ncodes = 0
+        self.dictionary = pa.array([], type=pa.large_string())
+        self.call_codes = np.zeros(0, dtype=np.int64)
+        if call_ids is not None or answers is not None:
+            self._codes(call_ids, answers, is_tool, result_codes)
+        self.slow |= _rows_of(bad, offs)
+        self.chars = chars
+        self.flags = flags
+        self.call_offsets = call_offsets
+        self.result_codes = result_codes
+        self.column = column
+
+    def _content(self, content: Any, chars: Any, bad: Any) -> None:
+        pa = _pa()
+        t = content.type
+        if _text_type(t):
+            chars += _lengths(content)
+        elif _is_list(t) and (_text_type(t.value_type) or pa.types.is_struct(t.value_type)):
+            offs, parts = _offsets(content)
+            present = ~_nulls(content) if content.null_count else None
+            if _text_type(t.value_type):  # parts that are plain strings
+                counted = _lengths(parts)
+                if parts.null_count:
+                    bad |= _rows_of(_nulls(parts), offs)
+            else:
+                counted = self._parts(parts, offs, bad)
+            per = _sums(counted, offs)
+            chars += per if present is None else np.where(present, per, 0)
+        elif not pa.types.is_null(t):
+            # JSON text, a struct, numbers ...: the object path reads each message's content.
+            bad |= ~_nulls(content)
+
+    def _parts(self, parts: Any, offs: Any, bad: Any) -> Any:
+        """Chars of each content part; marks messages with parts only objects can measure."""
+        import pyarrow.compute as pc
+
+        pa = _pa()
+        k = len(parts)
+        counted = np.zeros(k, dtype=np.int64)
+        unreadable = _nulls(parts) if parts.null_count else np.zeros(k, dtype=bool)
+        ptype = _field(parts, "type")
+        if ptype is not None and _text_type(ptype.type):
+            kinds = pc.index_in(_strings(ptype), value_set=pa.array(
+                [*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART]))
+            code = np.asarray(kinds.fill_null(-1).to_numpy(zero_copy_only=False))
+            is_text = (code >= 0) & (code < len(TEXT_PART_TYPES))
+            unreadable |= code >= len(TEXT_PART_TYPES)  # tool blocks: the object path
+            if is_text.any():
+                text = _field(parts, "text")
+                if text is None or not _text_type(text.type):
+                    unreadable |= is_text  # the object path says what the text is
+                else:
+                    if text.null_count:
+                        unreadable |= is_text & _nulls(text)
+                    counted = np.where(is_text, _lengths(text), 0)
+        elif ptype is not None and not pa.types.is_null(ptype.type):
+            unreadable |= ~_nulls(ptype)
+        if unreadable.any():
+            bad |= _rows_of(unreadable, offs)
+        return counted
+
+    def _calls(self, calls: Any, chars: Any, flags: Any, bad: Any, call_offsets: Any) -> Any:
+        pa = _pa()
+        t = calls.type
+        if not (_is_list(t) and pa.types.is_struct(t.value_type)):
+            bad |= ~_nulls(calls)
+            return None
+        offs, entries = _offsets(calls)
+        if calls.null_count:  # a null list holds no calls
+            offs = offs.copy()
+        call_offsets[:] = offs
+        per_message = np.diff(offs)
+        flags[per_message > 0] |= FLAG_TOOL_CALLS
+        k = len(entries)
+        unreadable = _nulls(entries) if entries.null_count else np.zeros(k, dtype=bool)
+        counted = np.zeros(k, dtype=np.int64)
+        fn = _field(entries, "function")
+        if fn is not None and pa.types.is_struct(fn.type):
+            for key in ("name", "arguments"):
+                value = _field(fn, key)
+                if value is None or pa.types.is_null(value.type):
+                    continue
+                if _text_type(value.type):
+                    lengths = _lengths(value)
+                    if fn.null_count:
+                        lengths[_nulls(fn)] = 0
+                    counted += lengths
+                elif key == "arguments":  # arguments as JSON: their compact text is counted
+                    unreadable |= ~_nulls(value)
+        elif fn is not None and not pa.types.is_null(fn.type):
+            unreadable |= ~_nulls(fn)
+        chars += _sums(counted, offs)
+        if unreadable.any():
+            bad |= _rows_of(unreadable, offs)
+        ids = _field(entries, "id")
+        if ids is None or not _text_type(ids.type):
+            if ids is not None and not pa.types.is_null(ids.type):
+                bad |= _rows_of(~_nulls(ids), offs)
+            return pa.nulls(k, type=pa.large_string())
+        return _strings(ids)
+
+    def _codes(self, call_ids: Any, answers: Any, is_tool: Any, result_codes: Any) -> None:
+        """Tool call ids and the ids tool messages answer, as codes of one dictionary."""
+        pa = _pa()
+        parts = []
+        if call_ids is not None:
+            parts.append(call_ids.cast(pa.large_string()))
+        tool_at = np.flatnonzero(is_tool)
+        if answers is not None and len(tool_at):
+            parts.append(answers.take(pa.array(tool_at)).cast(pa.large_string()))
+        if not parts:
+            return
+        encoded = pa.concat_arrays(parts).dictionary_encode()
+        codes = np.asarray(encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False),
+                           dtype=np.int64)
+        self.dictionary = encoded.dictionary
+        self.ncodes = len(encoded.dictionary)
+        k = len(call_ids) if call_ids is not None else 0
+        self.call_codes = codes[:k] if call_ids is not None else np.zeros(0, dtype=np.int64)
+        if answers is not None and len(tool_at):
+            result_codes[tool_at] = codes[k:]
+
+
+# ---------------------------------------------------------------------------------------------
+# The object path, one row
+
+
+def _json_fields(t: Any) -> set[str]:
+    """Fields of a message struct held as Arrow's JSON extension type (parsed for the object
+    path)."""
+    pa = _pa()
+    found = set()
+    for f in t:
+        if isinstance(f.type, pa.BaseExtensionType) and f.type.extension_name == "arrow.json":
+            found.add(f.name)
+    return found
+
+
+def _row_messages(arr: Any, row: int, column: str, json_fields: set[str]) -> Any:
+    messages = arr[row].as_py()
+    if json_fields and isinstance(messages, list):
+        for i, message in enumerate(messages):
+            if not isinstance(message, dict):
+                continue
+            for key in json_fields & message.keys():
+                if isinstance(message[key], str):
+                    try:
+                        message[key] = orjson.loads(message[key])
+                    except orjson.JSONDecodeError as exc:
+                        raise ContextPlanError(
+                            f"expected JSON text ({exc})", path=f"{column}[{row}][{i}].{key}",
+                            code="invalid-json",
+                        ) from None
+    return messages
+
+
+def _row_error(exc: ContextPlanError, column: str, row: int) -> ContextPlanError:
+    def where(path: str) -> str:
+        rest = path[len("messages"):] if path.startswith("messages") else (
+            "." + path if path else "")
+        return f"{column}[{row}]{rest}"
+
+    return ContextPlanError([Issue(where(i.path), i.message, i.code) for i in exc.issues])
+
+
+class _ObjectRow(NamedTuple):
+    kept: list[int | dict[str, Any]]  # message index in the row, or a new message
+    figures: tuple[Any, ...]
+    warnings: list[tuple[str, str, int | None, str | None]]
+
+
+def _object_row(run: _Run, messages: Any, column: str, row: int) -> _ObjectRow:
+    if messages is None:
+        raise ContextPlanError("expected a list of messages, got null", path=f"{column}[{row}]",
+                               code="invalid-messages")
+    try:
+        _kernel.measure(messages)  # errors named by the message's index in the row
+        if run.fused is not None:
+            return _fused_row(run, messages)
+        plan = ContextPlan.from_messages(messages)
+        if run.needs_history and not any(f.id == "history" for f in plan.fragments):
+            fragments = list(plan.fragments)
+            at = 1 if fragments and fragments[0].id == "system" else 0
+            fragments.insert(at, Fragment(id="history", kind="history", messages=[]))
+            plan = ContextPlan(fragments=fragments)
+        result = process_context(plan, run.prepared, implementations=run.implementations)
+    except ContextPlanError as exc:
+        raise _row_error(exc, column, row) from None
+    report = result.report
+    removed = sum(s.messages_removed for s in report.steps if s.status == "applied")
+    groups = sum((s.groups_before or 0) - (s.groups_after or 0)
+                 for s in report.steps if s.status == "applied" and s.kind == "trim")
+    figures = (report.before.chars, report.after.chars, report.before.messages,
+               report.after.messages, groups, report.triggered, report.target_reached,
+               report.before.tokens, report.after.tokens, removed)
+    warnings = [(w.code, w.fragment_id, w.index, w.tool_call_id) for w in report.warnings]
+    return _ObjectRow(_kept(messages, result.input), figures, warnings)
+
+
+def _fused_row(run: _Run, messages: list[Any]) -> _ObjectRow:
+    prepared = run.prepared
+    raw = _kernel.reduce_transcript(messages, run.fused, prepared._trigger, prepared._watermark,
+                                    run.needs_history)
+    totals = raw[8]
+    figures = (totals[0], totals[3], totals[1], totals[4], totals[7], raw[0],
+               bool(totals[8]) if run.reduces else None, None, None, totals[6])
+    ids = raw[7]
+    warnings = [(code, ids[f], index, cid) for f, index, code, cid in raw[5]]
+    return _ObjectRow(_kept(messages, raw[6]), figures, warnings)
+
+
+def _kept(messages: list[Any], output: list[Any]) -> list[int | dict[str, Any]]:
+    """The output as indices of the row's messages where it holds them (in order), new
+    messages as they are."""
+    at = {id(m): i for i, m in enumerate(messages)}
+    return [at.get(id(m), m) if type(m) is dict else m for m in output]
+
+
+# ---------------------------------------------------------------------------------------------
+# Assembly
+
+
+def _ranges(starts: Any, lengths: Any) -> Any:
+    """Concatenated ``range(start, start + length)`` for each pair, vectorised."""
+    lengths = np.asarray(lengths, dtype=np.int64)
+    total = int(lengths.sum())
+    if total == 0:
+        return np.zeros(0, dtype=np.int64)
+    ends = np.cumsum(lengths)
+    shift = np.repeat(np.asarray(starts, dtype=np.int64) - (ends - lengths), lengths)
+    return np.arange(total, dtype=np.int64) + shift
+
+
+def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: set[str],
+                column: str) -> Any:
+    """New messages (a handler's) as Arrow values of the column's message type."""
+    pa = _pa()
+    names = {f.name for f in struct_type}
+    rows = []
+    for message in messages:
+        extra = set(message) - names
+        if extra:
+            raise ContextPlanError(
+                f"a new message has fields the column's messages do not: {sorted(extra)}",
+                path=column, code="schema-mismatch",
+            )
+        if json_fields:
+            message = {k: (orjson.dumps(v).decode() if k in json_fields and v is not None else v)
+                       for k, v in message.items()}
+        rows.append(message)
+    storage = pa.struct([
+        pa.field(f.name, f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type)
+        for f in struct_type
+    ])
+    try:
+        built = pa.array(rows, type=storage)
+    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+        raise ContextPlanError(
+            f"a new message does not fit the column's message type ({exc})", path=column,
+            code="schema-mismatch",
+        ) from None
+    return built.cast(struct_type) if storage != struct_type else built
+
+
+def _viewless(t: Any) -> Any:
+    """``t`` with every ``string_view`` as ``large_string`` (which ``take`` supports)."""
+    pa = _pa()
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_viewless(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_viewless(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_viewless(t.value_type)))
+    return t
+
+
+def _take(values: Any, indices: Any) -> Any:
+    pa = _pa()
+    try:
+        return values.take(indices)
+    except pa.ArrowNotImplementedError:
+        plain = _viewless(values.type)
+        if plain == values.type:
+            raise
+        return values.cast(plain).take(indices).cast(values.type)
+
+
+class _Chunk:
+    """One chunk of the column, reduced."""
+
+    def __init__(self, run: _Run, arr: Any, column: str) -> None:
+        pa = _pa()
+        t = arr.type
+        if not (_is_list(t) and pa.types.is_struct(t.value_type)):
+            raise ContextPlanError(
+                f"expected a list<struct<role, content, ...>> column, got {t}", path=column,
+                code="invalid-messages",
+            )
+        n = len(arr)
+        self.n = n
+        json_fields = _json_fields(t.value_type)
+        measured = _Measured(arr, column) if run.steps is not None else None
+        if measured is None:
+            slow = np.ones(n, dtype=bool)
+            offs, values = _offsets(arr)
+        else:
+            slow = measured.slow
+            offs, values = measured.offsets, measured.values
+        figs = {name: np.zeros(n, dtype=np.int64) for name in (
+            "chars_before", "chars_after", "messages_before", "messages_after",
+            "groups_removed")}
+        triggered = np.zeros(n, dtype=bool)
+        reached: Any = np.zeros(n, dtype=bool)
+        reached_null = np.zeros(n, dtype=bool)
+        tokens = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)]
+        starts = np.empty(2 * n, dtype=np.int64)
+        lengths = np.zeros(2 * n, dtype=np.int64)
+        changed = False
+        w_rows: list[Any] = []
+        w_cols: list[Any] = [[], [], [], []]
+        if measured is not None:
+            prepared = run.prepared
+            assert run.steps is not None
+            head, cut, tail, before, after, groups, fired, warn = _kernel.reduce_rows(
+                offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
+                measured.call_codes, measured.result_codes, measured.ncodes, run.steps,
+                prepared._trigger, prepared._watermark, slow.view(np.uint8),
+            )
+            fast = ~slow
+            a, b = offs[:-1], offs[1:]
+            starts[0::2], lengths[0::2] = a, np.where(fast, head - a, 0)
+            starts[1::2], lengths[1::2] = np.where(fast, cut, b), np.where(fast, b - cut, 0)
+            figs["chars_before"][fast] = before[fast]
+            figs["chars_after"][fast] = after[fast]
+            figs["messages_before"][fast] = (b - a)[fast]
+            figs["messages_after"][fast] = (head - a + b - cut)[fast]
+            figs["groups_removed"][fast] = groups[fast]
+            triggered[fast] = fired[fast].astype(bool)
+            watermark = prepared._watermark
+            if run.reduces:
+                reached[fast] = ~((watermark >= 0) & (after[fast] > watermark))
+            else:
+                reached_null[fast] = True
+            changed = bool(np.any(cut[fast] != head[fast]))
+            w_row, w_frag, w_index, w_code, w_id = warn
+            if len(w_row):
+                w_rows.append(w_row)
+                w_cols[0].append(pa.array(np.asarray(_WARNING_CODES, dtype=object)[w_code],
+                                          type=pa.string()))
+                frag_names = pa.array(_FRAGMENTS, type=pa.string())
+                w_cols[1].append(frag_names.take(pa.array(w_frag)))
+                w_cols[2].append(pa.array(w_index, type=pa.int64()))
+                ids = measured.dictionary.take(pa.array(w_id, mask=w_id < 0)) if len(
+                    measured.dictionary) else pa.nulls(len(w_id), type=pa.large_string())
+                w_cols[3].append(ids.cast(pa.string()))
+        # The object path, row by row.
+        new: list[dict[str, Any]] = []
+        object_rows = np.flatnonzero(slow)
+        pieces: dict[int, list[int]] = {}
+        ow_rows: list[int] = []
+        ow: list[list[Any]] = [[], [], [], []]
+        for row in object_rows.tolist():
+            done = _object_row(run, _row_messages(arr, row, column, json_fields), column, row)
+            f = done.figures
+            for name, value in zip(figs, f[:5], strict=True):
+                figs[name][row] = value
+            triggered[row] = f[5]
+            if f[6] is None:
+                reached_null[row] = True
+            else:
+                reached[row] = f[6]
+            if run.counted:
+                tokens[0][row] = f[7] or 0
+                tokens[1][row] = f[8] or 0
+            a_row = int(offs[row])
+            indices = []
+            for item in done.kept:
+                if isinstance(item, int):
+                    indices.append(a_row + item)
+                else:
+                    indices.append(len(values) + len(new))
+                    new.append(item)
+            if indices != list(range(a_row, int(offs[row + 1]))):
+                changed = True
+            pieces[row] = indices
+            for w in done.warnings:
+                ow_rows.append(row)
+                for k in range(4):
+                    ow[k].append(w[k])
+        self.path = np.where(slow, 1, 0).astype(np.int8)
+        self.figs, self.triggered, self.tokens = figs, triggered, tokens
+        self.reached = pa.array(reached, mask=reached_null, type=pa.bool_())
+        if ow_rows:
+            w_rows.append(np.asarray(ow_rows, dtype=np.int64))
+            w_cols[0].append(pa.array(ow[0], type=pa.string()))
+            w_cols[1].append(pa.array(ow[1], type=pa.string()))
+            w_cols[2].append(pa.array(ow[2], type=pa.int64()))
+            w_cols[3].append(pa.array(ow[3], type=pa.string()))
+        self.warnings = self._warnings(n, w_rows, w_cols)
+        if not changed:
+            self.messages = arr
+            return
+        # Output: the kept messages of every row by one take over the column's values (and the
+        # new messages after them), rows delimited by offset arithmetic.
+        indices = _ranges(starts, lengths)
+        per_row = lengths[0::2] + lengths[1::2]
+        if pieces:
+            # Object rows have no columnar ranges: their indices go where their row begins.
+            rows = np.asarray(sorted(pieces), dtype=np.int64)
+            fast_at = np.concatenate([[0], np.cumsum(per_row)])
+            segments = np.split(indices, fast_at[rows])
+            parts = [segments[0]]
+            for k, row in enumerate(rows.tolist()):
+                parts += [np.asarray(pieces[row], dtype=np.int64), segments[k + 1]]
+                per_row[row] = len(pieces[row])
+            indices = np.concatenate(parts)
+        source = values
+        if new:
+            source = pa.concat_arrays([values, _new_values(t.value_type, new, json_fields,
+                                                           column)])
+        taken = _take(source, pa.array(indices, type=pa.int64()))
+        list_offsets = np.concatenate([[0], np.cumsum(per_row)])
+        cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        odtype = np.int64 if pa.types.is_large_list(t) else np.int32
+        mask = arr.is_null() if arr.null_count else None
+        self.messages = cls.from_arrays(pa.array(list_offsets.astype(odtype)), taken,
+                                        type=t, mask=mask)
+
+    @staticmethod
+    def _warnings(n: int, rows: list[Any], cols: list[list[Any]]) -> Any:
+        pa = _pa()
+        wtype = warning_type()
+        if not rows:
+            return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                            pa.array([], type=wtype.value_type), type=wtype)
+        row = np.concatenate(rows)
+        order = np.argsort(row, kind="stable")
+        struct = pa.StructArray.from_arrays(
+            [pa.concat_arrays(c).take(pa.array(order)) for c in cols],
+            fields=list(wtype.value_type),
+        )
+        counts = np.bincount(row, minlength=n)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), struct, type=wtype)
+
+
+def reduce_table(
+    table: Any,
+    policy: Any,
+    *,
+    column: str = "messages",
+    counter: Any = None,
+    handlers: Mapping[str, Callable[..., Any]] | None = None,
+    implementations: Mapping[str, Any] | None = None,
+) -> Reduced:
+    """Reduce every transcript of ``table[column]`` by ``policy``.
+
+    ``table``: a ``pyarrow.Table`` or ``RecordBatch`` whose ``column`` is a
+    ``list<struct<role, content, ...>>`` (``list`` or ``large_list``, any child name; strings as
+    ``string``, ``large_string`` or ``string_view``; content as a string, a list of parts or
+    Arrow's JSON type; ``tool_calls``, ``tool_call_id``; nulls for missing keys). ``policy``: a
+    document, a typed policy or a prepared one (validate or reduce; an audit needs an original
+    plan, which a table does not have).
+
+    Returns :class:`Reduced` ``(table, figures)``: the table with every column kept, rows in
+    input order, ``column`` reduced; the figures one row per input row (``chars_before``,
+    ``chars_after``, ``messages_before``, ``messages_after``, ``groups_removed``,
+    ``triggered``, ``target_reached`` (null for a validate policy), ``warnings`` (code,
+    fragment_id, index, tool_call_id), ``path`` (``columnar`` or ``object``), and
+    ``tokens_before``, ``tokens_after`` when a counter is given). A row means exactly what
+    ``process_context(ContextPlan.from_messages(row), policy)`` means; when the policy names
+    the history and a row has none, the row's history is empty (as on the command line).
+
+    Raises :class:`ContextPlanError` naming the column, the row, the message and the field of
+    the first row that is not a valid transcript, :class:`ContextPolicyError` for the policy.
+    """
+    pa = _pa()
+    run = _Run(policy, counter, handlers, implementations)
+    is_batch = isinstance(table, pa.RecordBatch)
+    if not is_batch and not isinstance(table, pa.Table):
+        raise TypeError(f"expected a pyarrow Table or RecordBatch, got {type(table).__name__}")
+    names = table.schema.names
+    if column not in names:
+        raise ContextPlanError(
+            f"the table has no column {column!r} (columns: {', '.join(names) or 'none'})",
+            path=column, code="missing-column",
+        )
+    where = names.index(column)
+    data = table.column(where)
+    chunks = [data] if is_batch else list(data.chunks)
+    done = []
+    offset = 0
+    for chunk in chunks:
+        try:
+            done.append(_Chunk(run, chunk, column))
+        except ContextPlanError as exc:
+            if offset:
+                exc = _shift_rows(exc, column, offset)
+            raise exc from None
+        offset += len(chunk)
+    figures = _figures(done, run, len(table))
+    if is_batch:
+        arrays = list(table.columns)
+        arrays[where] = done[0].messages if done else data
+        out = pa.RecordBatch.from_arrays(arrays, schema=table.schema)
+        combined = figures.combine_chunks()
+        return Reduced(out, pa.RecordBatch.from_arrays(
+            [col.chunk(0) if col.num_chunks else pa.array([], type=col.type)
+             for col in combined.columns], schema=figures.schema))
+    if all(c.messages is ch for c, ch in zip(done, chunks, strict=True)):
+        return Reduced(table, figures)
+    new = pa.chunked_array([c.messages for c in done], type=data.type)
+    return Reduced(table.set_column(where, table.schema.field(where), new), figures)
+
+
+def _shift_rows(exc: ContextPlanError, column: str, offset: int) -> ContextPlanError:
+    import re
+
+    pattern = re.compile(rf"^{re.escape(column)}\[(\d+)\]")
+    return ContextPlanError([
+        Issue(pattern.sub(lambda m: f"{column}[{int(m.group(1)) + offset}]", i.path), i.message,
+              i.code) for i in exc.issues
+    ])
+
+
+def figures_schema(counted: bool) -> pa.Schema:
+    """The schema of :func:`reduce_table`'s figures."""
+    pa = _pa()
+    fields = [pa.field(name, pa.int64(), nullable=False) for name in FIGURE_COLUMNS[:5]]
+    fields += [pa.field("triggered", pa.bool_(), nullable=False),
+               pa.field("target_reached", pa.bool_()),
+               pa.field("warnings", warning_type(), nullable=False),
+               pa.field("path", pa.string(), nullable=False)]
+    if counted:
+        fields += [pa.field("tokens_before", pa.int64()), pa.field("tokens_after", pa.int64())]
+    return pa.schema(fields)
+
+
+def _figures(done: list[_Chunk], run: _Run, n: int) -> Any:
+    pa = _pa()
+    schema = figures_schema(run.counted)
+
+    def cat(get: Callable[[_Chunk], Any]) -> Any:
+        parts = [get(c) for c in done]
+        return np.concatenate(parts) if parts else np.zeros(0)
+
+    columns: dict[str, Any] = {}
+    for name in FIGURE_COLUMNS[:5]:
+        columns[name] = pa.array(cat(lambda c, k=name: c.figs[k]).astype(np.int64))
+    columns["triggered"] = pa.array(cat(lambda c: c.triggered).astype(bool))
+    columns["target_reached"] = pa.concat_arrays([c.reached for c in done]) if done else \
+        pa.array([], type=pa.bool_())
+    columns["warnings"] = pa.concat_arrays([c.warnings for c in done]) if done else \
+        pa.array([], type=warning_type())
+    paths = pa.array([FAST, OBJECT], type=pa.string())
+    columns["path"] = paths.take(pa.array(cat(lambda c: c.path).astype(np.int8)))
+    if run.counted:
+        columns["tokens_before"] = pa.array(cat(lambda c: c.tokens[0]).astype(np.int64))
+        columns["tokens_after"] = pa.array(cat(lambda c: c.tokens[1]).astype(np.int64))
+    return pa.Table.from_pydict(columns, schema=schema)

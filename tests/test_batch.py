@@ -1,0 +1,393 @@
+"""``batch.reduce_table``: each row means exactly what ``process_context`` of the row's
+transcript means, on the compiled kernel and on the twin, whatever shape the table has."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextpolicy import ContextPlan, ContextPlanError, ContextPolicyError, process_context
+from contextpolicy.batch import Reduced, reduce_table
+from contextpolicy.plan import Fragment
+
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
+SETTINGS = settings(max_examples=60, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+FUNCTION = pa.struct([("name", pa.string()), ("arguments", pa.string())])
+CALL = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", FUNCTION)])
+MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()),
+                     ("tool_calls", pa.list_(CALL)), ("tool_call_id", pa.string())])
+PART = pa.struct([("type", pa.string()), ("text", pa.string()), ("id", pa.string()),
+                  ("tool_use_id", pa.string())])
+PARTS_MESSAGE = pa.struct([("role", pa.string()), ("content", pa.list_(PART))])
+
+
+def trim(target: int, keep: int = 1, grouping: str = "user-turn", fid: str = "history",
+         sid: str = "t") -> dict:
+    return {"id": sid, "kind": "trim", "fragmentId": fid, "targetChars": target,
+            "keepGroups": keep, "grouping": {"kind": grouping}}
+
+
+def reduce_policy(*steps: dict, trigger: int = 100, target: int | None = 50) -> dict:
+    doc = {"mode": "reduce", "triggerChars": trigger, "steps": list(steps)}
+    if target is not None:
+        doc["targetInputChars"] = target
+    return doc
+
+
+def expected(row: list, policy, **kwargs):
+    """process_context of the row's transcript (an empty history where the policy names one
+    and the row has none, as the command line does)."""
+    plan = ContextPlan.from_messages(row)
+    if not any(f.id == "history" for f in plan.fragments) and "history" in str(policy):
+        fragments = list(plan.fragments)
+        fragments.insert(1 if fragments and fragments[0].id == "system" else 0,
+                         Fragment(id="history", kind="history", messages=[]))
+        plan = ContextPlan(fragments=fragments)
+    return process_context(plan, policy, **kwargs)
+
+
+def filled(messages: list, names: list[str]) -> list:
+    """Messages as an Arrow struct holds them: every field, null where a key is missing."""
+    return [{name: m.get(name) for name in names} for m in messages]
+
+
+def assert_rows_match(table, policy, out: Reduced, column: str = "messages", **kwargs):
+    rows = table.column(column).to_pylist()
+    names = [f.name for f in table.schema.field(column).type.value_type]
+    figures = out.figures.to_pylist()
+    got = out.table.column(column).to_pylist()
+    assert len(figures) == len(rows) == out.table.num_rows
+    for i, row in enumerate(rows):
+        result = expected(row, policy, **kwargs)
+        report = result.report
+        f = figures[i]
+        assert got[i] == filled(result.input, names), i
+        assert (f["chars_before"], f["chars_after"], f["messages_before"], f["messages_after"],
+                f["triggered"], f["target_reached"]) == (
+            report.before.chars, report.after.chars, report.before.messages,
+            report.after.messages, report.triggered, report.target_reached), i
+        groups = sum((s.groups_before or 0) - (s.groups_after or 0) for s in report.steps
+                     if s.status == "applied" and s.kind == "trim")
+        assert f["groups_removed"] == groups, i
+        assert [tuple(w.values()) for w in f["warnings"]] == [
+            (w.code, w.fragment_id, w.index, w.tool_call_id) for w in report.warnings], i
+        if "counter" in kwargs:
+            assert (f["tokens_before"], f["tokens_after"]) == (
+                report.before.tokens, report.after.tokens)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transcripts as Arrow holds them (nulls for missing keys)
+
+ids = st.sampled_from(["a", "b", "c", "call_1"]) | st.none()
+words = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
+    ["", "😀" * 30, "订单 " * 40, "x" * 300])
+call = st.fixed_dictionaries({
+    "id": ids, "type": st.just("function"),
+    "function": st.none() | st.fixed_dictionaries({"name": words | st.none(),
+                                                   "arguments": words | st.none()}),
+})
+chat_message = st.fixed_dictionaries({
+    "role": st.sampled_from(["system", "developer", "user", "assistant", "tool", "function",
+                             "critic"]),
+    "content": words | st.none(),
+    "tool_calls": st.none() | st.lists(call, max_size=3),
+    "tool_call_id": ids,
+})
+transcripts = st.lists(st.lists(chat_message, max_size=14), min_size=1, max_size=12)
+policies = st.one_of(
+    st.just({"mode": "validate"}),
+    st.builds(lambda t1, keep, g, trig, tgt, two: reduce_policy(
+        trim(t1, keep, g), *([trim(t1 // 2, 0, "message", sid="t2")] if two else []),
+        trigger=trig, target=None if tgt is None else min(tgt, trig)),
+        st.integers(0, 600), st.integers(0, 3), st.sampled_from(["user-turn", "message"]),
+        st.integers(1, 800), st.none() | st.integers(1, 800), st.booleans()),
+)
+
+
+@SETTINGS
+@given(transcripts, policies, st.integers(1, 4))
+def test_rows_mean_what_process_context_means(rows, policy, chunks):
+    arr = pa.array(rows, type=pa.list_(MESSAGE))
+    step = max(1, len(rows) // chunks)
+    table = pa.table({"id": list(range(len(rows))),
+                      "messages": pa.chunked_array([arr[i:i + step] for i in range(
+                          0, len(rows), step)], type=arr.type)})
+    out = reduce_table(table, policy)
+    assert out.table.column("id").to_pylist() == list(range(len(rows)))
+    assert out.table.schema == table.schema
+    assert set(out.figures.column("path").to_pylist()) == {"columnar"}
+    assert_rows_match(table, policy, out)
+
+
+parts_message = st.fixed_dictionaries({
+    "role": st.sampled_from(["system", "user", "assistant", "critic"]),
+    "content": st.none() | st.lists(st.fixed_dictionaries({
+        "type": st.sampled_from(["text", "input_text", "output_text", "image", "tool_result",
+                                 "tool_use"]) | st.none(),
+        "text": words | st.none(), "id": ids, "tool_use_id": ids,
+    }), max_size=4),
+})
+
+
+@SETTINGS
+@given(st.lists(st.lists(parts_message, max_size=10), min_size=1, max_size=8), policies)
+def test_content_parts_columnar_or_object_per_row(rows, policy):
+    table = pa.table({"messages": pa.array(rows, type=pa.list_(PARTS_MESSAGE))})
+    try:
+        out = reduce_table(table, policy)
+    except ContextPlanError as exc:
+        # A text part without text: the object path's error, named by row and message.
+        bad = [(r, i) for r, row in enumerate(rows) for i, m in enumerate(row)
+               for p in (m["content"] or ()) if p["type"] in ("text", "input_text",
+                                                              "output_text") and p["text"] is None]
+        assert bad and exc.issues[0].path.startswith(f"messages[{bad[0][0]}][{bad[0][1]}]")
+        return
+    paths = out.figures.column("path").to_pylist()
+    for row, path in zip(rows, paths, strict=True):
+        tools = any(p["type"] in ("tool_result", "tool_use") for m in row
+                    for p in (m["content"] or ()))
+        assert path == ("object" if tools else "columnar")
+    assert_rows_match(table, policy, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Schemas as real tools write them
+
+
+def chat_rows():
+    return [
+        [{"role": "system", "content": "be brief"},
+         {"role": "user", "content": "a" * 300}, {"role": "assistant", "content": "b" * 300},
+         {"role": "user", "content": "c" * 300},
+         {"role": "assistant", "content": None, "tool_calls": [
+             {"id": "k1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+         {"role": "tool", "tool_call_id": "k1", "content": "r" * 200},
+         {"role": "assistant", "content": "d" * 100},
+         {"role": "user", "content": "question?"}],
+        [{"role": "user", "content": "short"}],
+        [],
+    ]
+
+
+POLICY = reduce_policy(trim(400), trigger=500, target=400)
+
+
+@pytest.mark.parametrize("child", ["item", "element", "l"])
+@pytest.mark.parametrize("large_list", [False, True])
+@pytest.mark.parametrize("strings", [pa.string(), pa.large_string(), pa.string_view()])
+def test_list_and_string_layouts(child, large_list, strings):
+    function = pa.struct([("name", strings), ("arguments", strings)])
+    calls = pa.list_(pa.struct([("id", strings), ("type", strings), ("function", function)]))
+    message = pa.struct([("role", strings), ("content", strings), ("tool_calls", calls),
+                         ("tool_call_id", strings)])
+    field = pa.field(child, message)
+    list_type = pa.large_list(field) if large_list else pa.list_(field)
+    table = pa.table({"messages": pa.array(chat_rows(), type=pa.list_(MESSAGE)).cast(list_type)})
+    out = reduce_table(table, POLICY)
+    assert out.table.schema == table.schema
+    assert out.figures.column("path").to_pylist() == ["columnar"] * 3
+    assert out.figures.column("messages_after").to_pylist() == [6, 1, 0]
+    assert_rows_match(table, POLICY, out)
+
+
+def test_dictionary_roles_and_missing_fields():
+    roles = pa.array(["system", "user", "assistant", "user"]).dictionary_encode()
+    values = pa.StructArray.from_arrays([roles, pa.array(["s", "u" * 900, "a" * 900, "q"])],
+                                        names=["role", "content"])
+    column = pa.ListArray.from_arrays(pa.array([0, 4], pa.int32()), values)
+    table = pa.table({"messages": column})
+    policy = reduce_policy(trim(400, keep=0), trigger=500, target=400)
+    out = reduce_table(table, policy)
+    assert out.figures.column("path").to_pylist() == ["columnar"]
+    assert out.table.column("messages").to_pylist()[0] == [
+        {"role": "system", "content": "s"}, {"role": "user", "content": "q"}]
+    assert_rows_match(table, policy, out)
+    # No content field at all: every message counts 0 chars.
+    bare = pa.table({"messages": pa.array([[{"role": "user"}]])})
+    assert reduce_table(bare, POLICY).figures.column("chars_before").to_pylist() == [0]
+
+
+def test_content_as_json_goes_through_the_object_path():
+    json_type = pa.json_() if hasattr(pa, "json_") else None
+    if json_type is None:  # pragma: no cover - pyarrow < 19 has no JSON type
+        pytest.fail("pyarrow without the JSON extension type")
+    storage = pa.struct([("role", pa.string()), ("content", pa.string())])
+    rows = [[{"role": "user", "content": '"hello"'},
+             {"role": "assistant", "content": '[{"type": "text", "text": "' + "x" * 700 + '"}]'},
+             {"role": "user", "content": '"q"'}]]
+    typed = pa.list_(pa.struct([("role", pa.string()), ("content", json_type)]))
+    table = pa.table({"messages": pa.array(rows, type=pa.list_(storage)).cast(typed)})
+    out = reduce_table(table, reduce_policy(trim(400, keep=0), trigger=500, target=400))
+    assert out.figures.column("path").to_pylist() == ["object"]
+    assert out.figures.column("chars_before").to_pylist() == [5 + 700 + 1]
+    assert out.table.schema == table.schema
+    # The kept messages are the input's own values, JSON text byte for byte.
+    assert out.table.column("messages").to_pylist()[0] == [rows[0][2]]
+
+
+def test_record_batch_sliced_and_chunked():
+    arr = pa.array(chat_rows() * 3, type=pa.list_(MESSAGE))
+    batch = pa.record_batch({"messages": arr, "n": pa.array(range(9))})
+    out = reduce_table(batch, POLICY)
+    assert isinstance(out.table, pa.RecordBatch) and isinstance(out.figures, pa.RecordBatch)
+    assert out.figures.column("messages_after").to_pylist() == [6, 1, 0] * 3
+    sliced = pa.table({"messages": arr}).slice(4, 4)
+    out = reduce_table(sliced, POLICY)
+    assert out.figures.column("messages_after").to_pylist() == [1, 0, 6, 1]
+    assert_rows_match(sliced, POLICY, out)
+
+
+def test_nothing_changed_is_the_same_column():
+    table = pa.table({"messages": pa.array(chat_rows(), type=pa.list_(MESSAGE))})
+    out = reduce_table(table, {"mode": "validate"})
+    assert out.table is table
+    assert out.figures.column("target_reached").to_pylist() == [None] * 3
+    assert out.figures.column("triggered").to_pylist() == [False] * 3
+
+
+def test_warnings_name_fragment_index_and_id():
+    rows = [[{"role": "user", "content": "go"},
+             {"role": "assistant", "tool_calls": [{"id": "k9", "type": "function",
+                                                   "function": {"name": "f", "arguments": ""}}]},
+             {"role": "tool", "tool_call_id": "zz", "content": "x"},
+             {"role": "user", "content": "?"}]]
+    table = pa.table({"messages": pa.array(rows, type=pa.list_(MESSAGE))})
+    out = reduce_table(table, {"mode": "validate"})
+    assert out.figures.column("warnings").to_pylist() == [[
+        {"code": "unanswered-tool-call", "fragment_id": "history", "index": 1,
+         "tool_call_id": "k9"},
+        {"code": "orphan-tool-result", "fragment_id": "history", "index": 2,
+         "tool_call_id": "zz"},
+    ]]
+    assert_rows_match(table, {"mode": "validate"}, out)
+
+
+def test_a_trim_never_orphans_a_result_here_either():
+    # The result comes a turn after its call: the cut moves back to keep the call.
+    rows = [[{"role": "user", "content": "u" * 50},
+             {"role": "assistant", "tool_calls": [{"id": "k", "type": "function",
+                                                   "function": {"name": "f", "arguments": ""}}]},
+             {"role": "user", "content": "v" * 500},
+             {"role": "tool", "tool_call_id": "k", "content": "r"},
+             {"role": "user", "content": "?"}]]
+    table = pa.table({"messages": pa.array(rows, type=pa.list_(MESSAGE))})
+    policy = reduce_policy(trim(10, keep=0, grouping="user-turn"), trigger=10, target=None)
+    out = reduce_table(table, policy)
+    assert out.figures.column("warnings").to_pylist() == [[]]
+    assert_rows_match(table, policy, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# Errors name the column, the row, the message and the field
+
+
+def test_errors_name_row_message_and_field():
+    rows = [[{"role": "user", "content": "fine"}],
+            [{"role": "user", "content": "x"}, {"role": None, "content": "no role"}]]
+    arr = pa.array(rows, type=pa.list_(MESSAGE))
+    table = pa.table({"conversation": pa.chunked_array([arr[:1], arr[1:]])})
+    with pytest.raises(ContextPlanError) as exc:
+        reduce_table(table, POLICY, column="conversation")
+    assert exc.value.issues[0].path == "conversation[1][1].role"
+    assert exc.value.codes == ["invalid-role"]
+
+
+def test_null_rows_and_messages_are_errors():
+    table = pa.table({"messages": pa.array([chat_rows()[1], None], type=pa.list_(MESSAGE))})
+    with pytest.raises(ContextPlanError, match=r"messages\[1\].*got null"):
+        reduce_table(table, POLICY)
+    values = pa.array([{"role": "user", "content": "a"}, None], type=MESSAGE)
+    column = pa.ListArray.from_arrays(pa.array([0, 2], pa.int32()), values)
+    with pytest.raises(ContextPlanError) as exc:
+        reduce_table(pa.table({"messages": column}), POLICY)
+    assert exc.value.issues[0].path == "messages[0][1]"
+
+
+def test_table_level_errors():
+    table = pa.table({"messages": pa.array(chat_rows(), type=pa.list_(MESSAGE))})
+    with pytest.raises(ContextPlanError, match="no column 'msgs'"):
+        reduce_table(table, POLICY, column="msgs")
+    with pytest.raises(ContextPlanError, match=r"expected a list<struct"):
+        reduce_table(pa.table({"messages": ["not", "lists"]}), POLICY)
+    with pytest.raises(ContextPolicyError, match="original"):
+        reduce_table(table, {"mode": "audit", "mutableFragmentIds": ["history"]})
+    with pytest.raises(TypeError, match="Table or RecordBatch"):
+        reduce_table(chat_rows(), POLICY)
+    with pytest.raises(ContextPolicyError):
+        reduce_table(table, {"mode": "reduce", "steps": [{"kind": "trim"}]})
+
+
+# ---------------------------------------------------------------------------------------------
+# What needs objects: handlers, counters, custom implementations, per row
+
+
+def test_compress_handler_once_per_row_that_needs_it():
+    calls = []
+
+    def summarise(request):
+        calls.append(len(request.content))
+        return [{"role": "assistant", "content": f"summary of {len(request.content)}"}]
+
+    policy = {"mode": "reduce", "triggerChars": 500, "steps": [
+        {"id": "c", "kind": "compress", "fragmentId": "history", "handlerId": "sum",
+         "targetChars": 100, "keepGroups": 1}]}
+    table = pa.table({"messages": pa.array(chat_rows(), type=pa.list_(MESSAGE))})
+    out = reduce_table(table, policy, handlers={"sum": summarise})
+    assert calls == [2]  # only the first row is above the trigger
+    assert out.figures.column("path").to_pylist() == ["object"] * 3
+    first = out.table.column("messages").to_pylist()[0]
+    assert first[1] == {"role": "assistant", "content": "summary of 2", "tool_calls": None,
+                        "tool_call_id": None}
+    assert_rows_match(table, policy, out, handlers={"sum": summarise})
+
+
+def test_new_messages_that_do_not_fit_the_schema_are_an_error():
+    policy = {"mode": "reduce", "triggerChars": 500, "steps": [
+        {"id": "c", "kind": "compress", "fragmentId": "history", "handlerId": "sum",
+         "targetChars": 100, "keepGroups": 1}]}
+    table = pa.table({"messages": pa.array(chat_rows(), type=pa.list_(MESSAGE))})
+    with pytest.raises(ContextPlanError, match="fields the column's messages do not"):
+        reduce_table(table, policy, handlers={"sum": lambda r: [
+            {"role": "assistant", "content": "s", "metadata": {"summary": True}}]})
+
+
+def test_token_counter_per_row():
+    policy = {"mode": "reduce", "triggerTokens": 20, "targetInputTokens": 10,
+              "steps": [trim(100)]}
+    table = pa.table({"messages": pa.array(chat_rows(), type=pa.list_(MESSAGE))})
+
+    def words(text: str) -> int:
+        return len(text.split())
+
+    out = reduce_table(table, policy, counter=words)
+    assert {"tokens_before", "tokens_after"} <= set(out.figures.column_names)
+    assert_rows_match(table, policy, out, counter=words)
+
+
+def test_the_input_table_is_not_changed():
+    arr = pa.array(chat_rows(), type=pa.list_(MESSAGE))
+    table = pa.table({"messages": arr})
+    before = table.to_pylist()
+    out = reduce_table(table, POLICY)
+    assert table.to_pylist() == before
+    assert out.table.column("messages").to_pylist() != before
+
+
+def test_many_rows_match_row_by_row():
+    from contextpolicy import synthetic
+
+    rows = synthetic.corpus("agent-traces", 12, 5)
+    chat = [r for r in rows if all(not isinstance(m.get("content"), list) for m in r)]
+    table = pa.table({"messages": chat})
+    policy = reduce_policy(trim(8000), trigger=20000, target=12000)
+    out = reduce_table(table, policy)
+    assert set(out.figures.column("path").to_pylist()) == {"columnar"}
+    assert np.asarray(out.figures.column("messages_after")).sum() < sum(len(r) for r in chat)
+    assert_rows_match(table, policy, out)
