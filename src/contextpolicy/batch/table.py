@@ -166,12 +166,26 @@ def _lengths(arr: Any) -> Any:
 
 
 def _nulls(arr: Any) -> Any:
-    return np.asarray(arr.is_null().to_numpy(zero_copy_only=False), dtype=bool)
+    """Where ``arr`` is null, as a numpy bool array (from its validity bitmap)."""
+    n = len(arr)
+    validity = arr.buffers()[0] if arr.null_count else None
+    if validity is None:
+        if arr.null_count == n and n:  # a null-typed array has no bitmap
+            return np.ones(n, dtype=bool)
+        return np.zeros(n, dtype=bool)
+    bits = np.unpackbits(np.frombuffer(validity, dtype=np.uint8), bitorder="little")
+    return ~bits[arr.offset: arr.offset + n].astype(bool)
+
+
+def _ints(arr: Any) -> Any:
+    """An integer array without nulls as a numpy array (its data buffer, no copy)."""
+    dtype = np.dtype(arr.type.to_pandas_dtype())
+    return np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset: arr.offset + len(arr)]
 
 
 def _offsets(arr: Any) -> Any:
     """List offsets of ``arr`` as int64, starting at 0, and its values sliced to match."""
-    offs = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), dtype=np.int64)
+    offs = _ints(arr.offsets).astype(np.int64)
     base = int(offs[0])
     values = arr.values.slice(base, int(offs[-1]) - base)
     return offs - base, values
@@ -303,7 +317,7 @@ class _Measured:
         if ptype is not None and _text_type(ptype.type):
             kinds = pc.index_in(_strings(ptype), value_set=pa.array(
                 [*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART]))
-            code = np.asarray(kinds.fill_null(-1).to_numpy(zero_copy_only=False))
+            code = _ints(kinds.fill_null(-1))
             is_text = (code >= 0) & (code < len(TEXT_PART_TYPES))
             unreadable |= code >= len(TEXT_PART_TYPES)  # tool blocks: the object path
             if is_text.any():
@@ -372,8 +386,7 @@ class _Measured:
         if not parts:
             return
         encoded = pa.concat_arrays(parts).dictionary_encode()
-        codes = np.asarray(encoded.indices.fill_null(-1).to_numpy(zero_copy_only=False),
-                           dtype=np.int64)
+        codes = _ints(encoded.indices.fill_null(-1)).astype(np.int64)
         self.dictionary = encoded.dictionary
         self.ncodes = len(encoded.dictionary)
         k = len(call_ids) if call_ids is not None else 0
@@ -492,6 +505,20 @@ def _ranges(starts: Any, lengths: Any) -> Any:
     return np.arange(total, dtype=np.int64) + shift
 
 
+def _storage_type(t: Any) -> Any:
+    """``t`` with every extension type (Arrow's JSON type, say) replaced by its storage."""
+    pa = _pa()
+    if isinstance(t, pa.BaseExtensionType):
+        return _storage_type(t.storage_type)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_storage_type(f.type)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_storage_type(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(_storage_type(t.value_type)))
+    return t
+
+
 def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: set[str],
                 column: str) -> Any:
     """New messages (a handler's) as Arrow values of the column's message type."""
@@ -509,10 +536,7 @@ def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: s
             message = {k: (orjson.dumps(v).decode() if k in json_fields and v is not None else v)
                        for k, v in message.items()}
         rows.append(message)
-    storage = pa.struct([
-        pa.field(f.name, f.type.storage_type if isinstance(f.type, pa.BaseExtensionType) else f.type)
-        for f in struct_type
-    ])
+    storage = _storage_type(struct_type)
     try:
         built = pa.array(rows, type=storage)
     except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:

@@ -88,7 +88,8 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
     table.add_column("value", justify="right")
     rows = [
         ("conversations", f"{summary['conversations']:,}"),
-        ("skipped lines", f"{summary['skipped']:,}"),
+        ("skipped lines" if "columnarRows" not in summary else "skipped rows",
+         f"{summary['skipped']:,}"),
         ("triggered", f"{summary['triggered']:,}"),
         ("target reached", f"{summary['targetReached']:,}"),
         ("chars before", f"{summary['charsBefore']:,}"),
@@ -98,6 +99,9 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
         ("messages removed", f"{summary['messagesRemoved']:,}"),
         ("groups removed", f"{summary['groupsRemoved']:,}"),
     ]
+    if "columnarRows" in summary:
+        rows.append(("rows: columnar path", f"{summary['columnarRows']:,}"))
+        rows.append(("rows: object path", f"{summary['objectRows']:,}"))
     if summary["auditViolations"]:
         rows.append(("audit violations", f"{summary['auditViolations']:,}"))
     for code, count in summary["warnings"].items():
@@ -209,9 +213,17 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     policy = _load_policy(policy_path)
+    from .tables import ParquetFromLines, is_parquet, reduce_parquet
+
+    table_input = is_parquet(input_path, reading=True)
     # Every output checked before anything is opened or any work done: a missing folder, a
     # folder where a file should be, one file named twice, a file the run reads.
-    out = AtomicOutput(args.output, discard=example and not args.output)
+    out: Any = AtomicOutput(args.output, discard=example and not args.output)
+    if is_parquet(args.output) and not table_input:
+        out = ParquetFromLines(out)  # the line runner's output, converted at the end
+    if is_parquet(args.report) and not table_input:
+        raise CliError(f"--report {args.report}: a Parquet report holds the figures of a "
+                       "Parquet input; for JSONL input the report is JSON")
     report_out = AtomicOutput(args.report) if args.report is not None else None
     named = [("-o " + args.output if args.output not in (None, "-") else "standard output", out)]
     if report_out is not None:
@@ -219,6 +231,13 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     _refuse_overlaps(named, [(f"the input {input_path}", input_path),
                              (f"the policy {policy_path}", policy_path)])
     outputs += [o for _, o in named]
+    if table_input:
+        if args.jobs > 1 and not args.quiet:
+            console.print("contextpolicy: Parquet is reduced in one process, a record batch at "
+                          "a time (--jobs applies to JSONL input)")
+        data, name = reduce_parquet(args, console, policy, input_path, out, report_out)
+        _said(args, console, data, name)
+        return 0
     summary = Summary()
     started = time.perf_counter()
     source = InputFile(input_path)
@@ -268,13 +287,17 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         with args.signals.deferred():
             out.commit()
             report.commit()
+    _said(args, console, data, source.name)
+    return 1 if summary.audit_violations else 0
+
+
+def _said(args: argparse.Namespace, console: Any, data: dict[str, Any], name: str) -> None:
     if not args.quiet:
-        console.print(_summary_table(data, f"contextpolicy reduce: {source.name}"))
+        console.print(_summary_table(data, f"contextpolicy reduce: {name}"))
         if args.output:
             console.print(f"wrote {args.output}" + (f" and {args.report}" if args.report else ""))
         elif args.report:
             console.print(f"wrote {args.report}")
-    return 1 if summary.audit_violations else 0
 
 
 class _Progress:
@@ -484,10 +507,12 @@ def _parser() -> argparse.ArgumentParser:
         "      --report report.json --jobs 2\n"
         "  cat chats.jsonl | contextpolicy reduce - --policy policy.json > reduced.jsonl",
     )
-    p.add_argument("input", nargs="?", metavar="INPUT.jsonl",
-                   help="JSONL file (.gz too), or - for standard input")
+    p.add_argument("input", nargs="?", metavar="INPUT",
+                   help="JSONL file (.gz too), - for standard input, or a Parquet file with a "
+                        "messages column")
     p.add_argument("--policy", metavar="POLICY.json", help="the policy to apply")
-    p.add_argument("-o", "--output", metavar="OUT.jsonl", help="write here (default: stdout)")
+    p.add_argument("-o", "--output", metavar="OUT",
+                   help="write here (default: stdout); a .parquet name writes Parquet")
     p.add_argument("--report", metavar="REPORT.json",
                    help="write every conversation's report and the summary here")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
