@@ -1,0 +1,77 @@
+"""The ``[ray]`` extra: ``reduce_dataset`` on a local Ray cluster the test starts and stops,
+Parquet in and Parquet out, equal to ``reduce_table`` in one process. Marked ``ray``: the main
+suite deselects it, and CI runs it on its own after installing the extra
+(``pytest -m ray tests/test_ray.py``)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from contextpolicy import synthetic
+from contextpolicy.batch import reduce_table
+
+pytestmark = pytest.mark.ray
+
+POLICY = {"mode": "reduce", "triggerChars": 2000, "targetInputChars": 1500, "steps": [
+    {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 1000,
+     "grouping": {"kind": "user-turn"}, "keepGroups": 1}]}
+
+
+def words() -> object:
+    return lambda text: len(text.split())
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
+    import ray
+
+    temp = tempfile.mkdtemp(prefix="cp-ray-")
+    ray.init(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False,
+             _temp_dir=temp, log_to_driver=False, configure_logging=False)
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.execution_options.preserve_order = True
+        ctx.enable_progress_bars = False
+        yield ray
+    finally:
+        ray.shutdown()
+        shutil.rmtree(temp, ignore_errors=True)
+
+
+def test_parquet_in_parquet_out_equals_one_process(cluster, tmp_path):
+    from contextpolicy.batch.ray import reduce_dataset
+
+    chats = synthetic.corpus("chats", 2000, 21)
+    table = pa.table({"id": list(range(len(chats))), "messages": chats})
+    pq.write_table(table, tmp_path / "in.parquet", row_group_size=500)
+    ds = cluster.data.read_parquet(str(tmp_path / "in.parquet"))
+    reduce_dataset(ds, POLICY, workers=2, num_cpus=0.5, batch_size=500).write_parquet(
+        str(tmp_path / "out"))
+    got = pq.read_table(tmp_path / "out").sort_by("id")
+    expected = reduce_table(table, POLICY)
+    assert got.column("messages").to_pylist() == expected.table.column("messages").to_pylist()
+    figures = got.column("figures").to_pylist()
+    assert figures == expected.figures.to_pylist()
+
+
+def test_counter_built_once_per_worker(cluster):
+    from contextpolicy.batch.ray import reduce_dataset
+
+    chats = synthetic.corpus("chats", 300, 22)
+    policy = {"mode": "reduce", "triggerTokens": 300, "targetInputTokens": 200, "steps": [
+        {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 1000,
+         "keepGroups": 1}]}
+    ds = cluster.data.from_arrow(pa.table({"id": list(range(300)), "messages": chats}))
+    out = reduce_dataset(ds, policy, make_counter=words, workers=1, num_cpus=0.5,
+                         batch_size=100).to_arrow_refs()
+    got = pa.concat_tables(cluster.get(out)).sort_by("id")
+    expected = reduce_table(pa.table({"messages": chats}), policy, counter=words())
+    assert [f["tokens_after"] for f in got.column("figures").to_pylist()] == \
+        expected.figures.column("tokens_after").to_pylist()
