@@ -37,7 +37,8 @@ def main(path: str) -> None:
             print(line)
             for name, value in extra.get("ratios", {}).items():
                 print(f"  {name} = {value:.2f}")
-        base = next((kinds[k] for k in ("kernel-cython", "process-cython", "orjson-loads")
+        base = next((kinds[k] for k in ("kernel-cython", "process-cython", "orjson-loads",
+                                        "reduce-table", "pyarrow-read-write")
                      if k in kinds), None)
         if base is None:
             continue

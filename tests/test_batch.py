@@ -391,3 +391,26 @@ def test_many_rows_match_row_by_row():
     assert set(out.figures.column("path").to_pylist()) == {"columnar"}
     assert np.asarray(out.figures.column("messages_after")).sum() < sum(len(r) for r in chat)
     assert_rows_match(table, policy, out)
+
+
+def test_pieces_side_by_side_mean_the_same(monkeypatch):
+    import contextpolicy.batch.table as table_module
+
+    rows = chat_rows() * 40
+    arr = pa.array(rows, type=pa.list_(MESSAGE))
+    table = pa.table({"n": list(range(len(rows))),
+                      "messages": pa.chunked_array([arr[:50], arr[50:]])})
+    one = reduce_table(table, POLICY, threads=1)
+    monkeypatch.setattr(table_module, "MIN_PIECE_ROWS", 7)
+    many = reduce_table(table, POLICY, threads=3)
+    assert many.table.column("messages").num_chunks == 6
+    assert many.table.column("messages").to_pylist() == one.table.column("messages").to_pylist()
+    assert many.figures.to_pylist() == one.figures.to_pylist()
+    # An error is named by its row in the table, whichever piece held it.
+    bad = rows[:100] + [[{"role": None}]] + rows[:10]
+    arr = pa.array(bad, type=pa.list_(MESSAGE))
+    with pytest.raises(ContextPlanError) as exc:
+        reduce_table(pa.table({"messages": arr}), POLICY, threads=3)
+    assert exc.value.issues[0].path == "messages[100][0].role"
+    with pytest.raises(ValueError, match="threads"):
+        reduce_table(table, POLICY, threads=0)

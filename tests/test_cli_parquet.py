@@ -4,6 +4,8 @@ report as JSON or Parquet, errors per row, atomic output."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import orjson
@@ -125,3 +127,39 @@ def test_parquet_input_errors(files, tmp_path):
     done = run("reduce", files["traces"], "--policy", files["policy"], "--report",
                tmp_path / "r.parquet")
     assert done.returncode == 2 and "for JSONL input the report is JSON" in done.stderr.decode()
+
+
+PEAK = """\
+import resource, sys
+from contextpolicy.cli import main
+
+rc = main(["reduce", sys.argv[1], "--policy", sys.argv[2], "-o", sys.argv[3], "-q"])
+if sys.platform == "linux":
+    peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
+else:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin"
+                                                                 else 1024)
+print(peak)
+sys.exit(rc)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="peak memory is read from resource/proc")
+def test_memory_stays_near_a_few_row_groups(files, tmp_path):
+    chats = synthetic.corpus("chats", 4000, 12)
+    table = pa.table({"id": list(range(4000)), "messages": chats})
+    group = 2000
+    pq.write_table(table, tmp_path / "small.parquet", row_group_size=group)
+    big = pa.concat_tables([table] * 8)
+    pq.write_table(big, tmp_path / "big.parquet", row_group_size=group)
+    per_group = table.nbytes / 2
+    assert big.nbytes > 12 * per_group  # the big file holds sixteen row groups
+    peaks = {}
+    for name in ("small", "big"):
+        done = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / f"{name}.parquet"),
+                               str(files["policy"]), str(tmp_path / f"{name}-out.parquet")],
+                              capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        peaks[name] = int(done.stdout.split()[-1])
+    # Eight times the rows cost less than three row groups more: the file is streamed.
+    assert peaks["big"] - peaks["small"] < 3 * per_group, (peaks, per_group)

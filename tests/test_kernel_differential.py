@@ -244,7 +244,12 @@ def row_arrays(draw):
     """Arrays as reduce_rows takes them: roles, flags and chars per message, call and result
     codes from a small id space (so that calls, results and orphans meet), a few rows."""
     from contextpolicy._tables import (
-        FLAG_OPENS_TURN, FLAG_TOOL_CALLS, FLAG_TOOL_RESULT, ROLE_TOOL, ROLE_USER)
+        FLAG_OPENS_TURN,
+        FLAG_TOOL_CALLS,
+        FLAG_TOOL_RESULT,
+        ROLE_TOOL,
+        ROLE_USER,
+    )
 
     rows = draw(st.lists(st.integers(0, 12), min_size=0, max_size=6))
     m = sum(rows)

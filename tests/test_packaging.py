@@ -97,7 +97,7 @@ def test_build_constraints_pin_cython_within_the_build_requirements(pyproject, c
 def test_wheel_tests_assert_the_compiled_kernel_and_skip_only_benchmarks_and_packaging(cibw):
     command = " && ".join(cibw["test-command"])
     assert "kernel_info()['compiled']" in command
-    assert "pytest {project}/tests " in command and '-m "not packaging"' in command
+    assert "pytest {project}/tests " in command and '-m "not packaging and not extras"' in command
     assert "benchmarks" not in command
     assert "pp*" in cibw["skip"]  # PyPy installs the pure wheel
 
@@ -126,8 +126,9 @@ def test_test_requires_cover_every_import_of_the_wheel_tests(pyproject, cibw):
                 provided.add(parsed.name.lower())
     dists = metadata.packages_distributions()
     for path in sorted((ROOT / "tests").glob("*.py")) + [ROOT / "conftest.py"]:
-        if "pytestmark = pytest.mark.packaging" in path.read_text():
-            continue
+        text = path.read_text()
+        if "pytestmark = pytest.mark.packaging" in text or "pytestmark = pytest.mark.extras" in text:
+            continue  # not run against wheels: the build configuration, the optional extras
         for module in sorted(_third_party_imports(path)):
             owners = {d.lower().replace("_", "-") for d in dists.get(module, [module])}
             assert owners & provided, f"{path.name} imports {module}, which test-requires lacks"

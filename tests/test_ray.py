@@ -1,7 +1,7 @@
 """The ``[ray]`` extra: ``reduce_dataset`` on a local Ray cluster the test starts and stops,
-Parquet in and Parquet out, equal to ``reduce_table`` in one process. Marked ``ray``: the main
-suite deselects it, and CI runs it on its own after installing the extra
-(``pytest -m ray tests/test_ray.py``)."""
+Parquet in and Parquet out, equal to ``reduce_table`` in one process. Marked ``extras``: the
+main suite deselects it, and CI runs it on its own after installing the extras
+(``pytest -m extras``)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 from contextpolicy import synthetic
 from contextpolicy.batch import reduce_table
 
-pytestmark = pytest.mark.ray
+pytestmark = pytest.mark.extras
 
 POLICY = {"mode": "reduce", "triggerChars": 2000, "targetInputChars": 1500, "steps": [
     {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 1000,

@@ -36,6 +36,9 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     measure_messages = _impl.measure_messages
     message_text_pieces = _impl.message_text_pieces
     reduce_plan = _impl.reduce_plan
+    reduce_rows = _impl.reduce_rows
+    ORPHAN_CODE = _impl.ORPHAN_CODE
+    UNANSWERED_CODE = _impl.UNANSWERED_CODE
     reduce_transcript = _impl.reduce_transcript
     split_transcript = _impl.split_transcript
     role_codes_utf8 = _impl.role_codes_utf8

@@ -12,6 +12,7 @@ the policy needs objects (compress handlers, a token counter, custom implementat
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -341,10 +342,15 @@ class _Measured:
             bad |= ~_nulls(calls)
             return None
         offs, entries = _offsets(calls)
-        if calls.null_count:  # a null list holds no calls
-            offs = offs.copy()
         call_offsets[:] = offs
         per_message = np.diff(offs)
+        if calls.null_count:
+            # A null list holds no calls, whatever range Arrow left it: the object path reads
+            # a message whose null list spans entries.
+            odd = _nulls(calls) & (per_message > 0)
+            if odd.any():
+                bad |= odd
+                per_message = np.where(odd, 0, per_message)
         flags[per_message > 0] |= FLAG_TOOL_CALLS
         k = len(entries)
         unreadable = _nulls(entries) if entries.null_count else np.zeros(k, dtype=bool)
@@ -410,9 +416,20 @@ def _json_fields(t: Any) -> set[str]:
     return found
 
 
-def _row_messages(arr: Any, row: int, column: str, json_fields: set[str]) -> Any:
-    messages = arr[row].as_py()
-    if json_fields and isinstance(messages, list):
+def _rows_messages(arr: Any, rows: Any, column: str, json_fields: set[str]) -> list[Any]:
+    """The messages of ``rows`` as Python objects (one conversion), JSON-typed fields parsed."""
+    if not len(rows):
+        return []
+    # Row by row: a take of the rows first would copy their (often long) values once more.
+    out = [arr[row].as_py() for row in rows.tolist()]
+    if json_fields:
+        for row, messages in zip(rows.tolist(), out, strict=True):
+            _parse_json_fields(messages, row, column, json_fields)
+    return out
+
+
+def _parse_json_fields(messages: Any, row: int, column: str, json_fields: set[str]) -> None:
+    if isinstance(messages, list):
         for i, message in enumerate(messages):
             if not isinstance(message, dict):
                 continue
@@ -425,7 +442,6 @@ def _row_messages(arr: Any, row: int, column: str, json_fields: set[str]) -> Any
                             f"expected JSON text ({exc})", path=f"{column}[{row}][{i}].{key}",
                             code="invalid-json",
                         ) from None
-    return messages
 
 
 def _row_error(exc: ContextPlanError, column: str, row: int) -> ContextPlanError:
@@ -473,6 +489,7 @@ def _object_row(run: _Run, messages: Any, column: str, row: int) -> _ObjectRow:
 
 def _fused_row(run: _Run, messages: list[Any]) -> _ObjectRow:
     prepared = run.prepared
+    assert run.fused is not None
     raw = _kernel.reduce_transcript(messages, run.fused, prepared._trigger, prepared._watermark,
                                     run.needs_history)
     totals = raw[8]
@@ -610,7 +627,7 @@ class _Chunk:
         if measured is not None:
             prepared = run.prepared
             assert run.steps is not None
-            head, cut, tail, before, after, groups, fired, warn = _kernel.reduce_rows(
+            head, cut, _tail, before, after, groups, fired, warn = _kernel.reduce_rows(
                 offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
                 measured.call_codes, measured.result_codes, measured.ncodes, run.steps,
                 prepared._trigger, prepared._watermark, slow.view(np.uint8),
@@ -648,8 +665,9 @@ class _Chunk:
         pieces: dict[int, list[int]] = {}
         ow_rows: list[int] = []
         ow: list[list[Any]] = [[], [], [], []]
-        for row in object_rows.tolist():
-            done = _object_row(run, _row_messages(arr, row, column, json_fields), column, row)
+        rows_py = _rows_messages(arr, object_rows, column, json_fields)
+        for row, messages in zip(object_rows.tolist(), rows_py, strict=True):
+            done = _object_row(run, messages, column, row)
             f = done.figures
             for name, value in zip(figs, f[:5], strict=True):
                 figs[name][row] = value
@@ -662,16 +680,16 @@ class _Chunk:
                 tokens[0][row] = f[7] or 0
                 tokens[1][row] = f[8] or 0
             a_row = int(offs[row])
-            indices = []
+            kept_at: list[int] = []
             for item in done.kept:
                 if isinstance(item, int):
-                    indices.append(a_row + item)
+                    kept_at.append(a_row + item)
                 else:
-                    indices.append(len(values) + len(new))
+                    kept_at.append(len(values) + len(new))
                     new.append(item)
-            if indices != list(range(a_row, int(offs[row + 1]))):
+            if kept_at != list(range(a_row, int(offs[row + 1]))):
                 changed = True
-            pieces[row] = indices
+            pieces[row] = kept_at
             for w in done.warnings:
                 ow_rows.append(row)
                 for k in range(4):
@@ -698,7 +716,7 @@ class _Chunk:
             rows = np.asarray(sorted(pieces), dtype=np.int64)
             fast_at = np.concatenate([[0], np.cumsum(per_row)])
             segments = np.split(indices, fast_at[rows])
-            parts = [segments[0]]
+            parts: list[Any] = [segments[0]]
             for k, row in enumerate(rows.tolist()):
                 parts += [np.asarray(pieces[row], dtype=np.int64), segments[k + 1]]
                 per_row[row] = len(pieces[row])
@@ -733,6 +751,20 @@ class _Chunk:
         return pa.ListArray.from_arrays(pa.array(offsets), struct, type=wtype)
 
 
+MIN_PIECE_ROWS = 16_384  # rows below which a piece is not worth a thread of its own
+
+
+def _threads(threads: int | None) -> int:
+    if threads is not None:
+        if type(threads) is not int or threads < 1:
+            raise ValueError(f"threads: expected an integer >= 1, got {threads!r}")
+        return threads
+    try:
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
 def reduce_table(
     table: Any,
     policy: Any,
@@ -741,6 +773,7 @@ def reduce_table(
     counter: Any = None,
     handlers: Mapping[str, Callable[..., Any]] | None = None,
     implementations: Mapping[str, Any] | None = None,
+    threads: int | None = None,
 ) -> Reduced:
     """Reduce every transcript of ``table[column]`` by ``policy``.
 
@@ -760,6 +793,10 @@ def reduce_table(
     ``process_context(ContextPlan.from_messages(row), policy)`` means; when the policy names
     the history and a row has none, the row's history is empty (as on the command line).
 
+    ``threads``: how many pieces of a table's rows are reduced side by side (default: the
+    CPUs this process may use; a piece holds at least 16,384 rows, and a RecordBatch is one
+    piece). The output column is then chunked by piece.
+
     Raises :class:`ContextPlanError` naming the column, the row, the message and the field of
     the first row that is not a valid transcript, :class:`ContextPolicyError` for the policy.
     """
@@ -777,16 +814,33 @@ def reduce_table(
     where = names.index(column)
     data = table.column(where)
     chunks = [data] if is_batch else list(data.chunks)
-    done = []
+    # Pieces of rows, reduced side by side: the kernel, the UTF-8 count and Arrow's take run
+    # without the GIL. A RecordBatch stays one piece (its column is one array).
+    pieces: list[tuple[int, Any]] = []
     offset = 0
+    workers = 1 if is_batch else _threads(threads)
     for chunk in chunks:
-        try:
-            done.append(_Chunk(run, chunk, column))
-        except ContextPlanError as exc:
-            if offset:
-                exc = _shift_rows(exc, column, offset)
-            raise exc from None
+        k = max(1, min(workers, len(chunk) // MIN_PIECE_ROWS))
+        step = -(-len(chunk) // k) if len(chunk) else 1
+        for start in range(0, max(len(chunk), 1), step):
+            pieces.append((offset + start, chunk.slice(start, step) if k > 1 else chunk))
         offset += len(chunk)
+
+    def one(piece: tuple[int, Any]) -> _Chunk:
+        at, arr = piece
+        try:
+            return _Chunk(run, arr, column)
+        except ContextPlanError as exc:
+            raise (_shift_rows(exc, column, at) if at else exc) from None
+
+    if len(pieces) > 1:
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(min(workers, len(pieces))) as pool:
+            done = list(pool.map(one, pieces))
+    else:
+        done = [one(p) for p in pieces] if chunks else []
+    chunks = [arr for _, arr in pieces]
     figures = _figures(done, run, len(table))
     if is_batch:
         arrays = list(table.columns)
@@ -835,7 +889,8 @@ def _figures(done: list[_Chunk], run: _Run, n: int) -> Any:
 
     columns: dict[str, Any] = {}
     for name in FIGURE_COLUMNS[:5]:
-        columns[name] = pa.array(cat(lambda c, k=name: c.figs[k]).astype(np.int64))
+        columns[name] = pa.array(np.concatenate([c.figs[name] for c in done]).astype(np.int64)
+                                 if done else np.zeros(0, dtype=np.int64))
     columns["triggered"] = pa.array(cat(lambda c: c.triggered).astype(bool))
     columns["target_reached"] = pa.concat_arrays([c.reached for c in done]) if done else \
         pa.array([], type=pa.bool_())

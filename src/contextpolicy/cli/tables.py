@@ -261,7 +261,8 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
     from ..prepared import prepare_policy
 
     try:
-        source = pq.ParquetFile(input_path)
+        # Read as the batches need it: pre-buffering would hold the file's ranges ahead.
+        source = pq.ParquetFile(input_path, pre_buffer=False, buffer_size=1 << 20)
     except (OSError, pa.ArrowInvalid) as exc:
         raise CliError(f"{input_path}: cannot read as Parquet ({exc})") from None
     column = "messages"
@@ -281,8 +282,12 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
     with out, _Report(report_out, args.report) as report:
         writer = pq.ParquetWriter(out.stream, source.schema_arrow) if to_parquet else None
         start = 0
+        # Never more than a row group at a time: memory stays near a few row groups.
+        groups = source.metadata.num_row_groups
+        size = min([BATCH_ROWS] + [source.metadata.row_group(i).num_rows or BATCH_ROWS
+                                   for i in range(min(groups, 1))])
         try:
-            for batch in source.iter_batches(batch_size=BATCH_ROWS):
+            for batch in source.iter_batches(batch_size=max(size, 1), use_threads=False):
                 done = _reduce_batch(batch, prepared, column, args.on_error, start, summary,
                                      console, input_path)
                 summary.add(done.figures)
