@@ -1359,11 +1359,12 @@ cdef struct _Rows:
     const int64_t* chars
     const int64_t* call_off
     const int64_t* call_codes
+    const int64_t* res_off
     const int64_t* result_codes
     int64_t* called      # stamp: the id was called in the current range
     int64_t* pend_stamp  # stamp: the id is pending in the current range ...
     int64_t* pend_at     # ... at this message
-    int64_t* orphan      # per message of the range: the orphan's id, or -3
+    int64_t* orphan      # stamp, per result: an orphan in the current range
     int64_t* starts      # group starts of the history being cut, and its end
     int64_t* gchars      # chars per group
     int64_t stamp
@@ -1377,22 +1378,21 @@ cdef struct _Rows:
 
 
 cdef void _rows_orphans(_Rows* s, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
-    # The pairing pass over messages lo:hi: s.orphan[i - lo] is the id of the orphan result
-    # message i is (-1: one without an id), -3 when it is none; pending calls stay stamped.
+    # The pairing pass over messages lo:hi: s.orphan[j] is stamped for each result j that is an
+    # orphan; pending calls stay stamped.
     cdef Py_ssize_t i, j
     cdef int64_t cid
     cdef uint8_t f
     s.stamp += 1
     for i in range(lo, hi):
-        s.orphan[i - lo] = -3
         f = s.flags[i]
         if f & F_RESULT:
-            cid = s.result_codes[i]
-            if cid != -2:
+            for j in range(s.res_off[i], s.res_off[i + 1]):
+                cid = s.result_codes[j]
                 if cid >= 0 and s.pend_stamp[cid] == s.stamp:
                     s.pend_stamp[cid] = 0
                 elif cid < 0 or s.called[cid] != s.stamp:
-                    s.orphan[i - lo] = cid
+                    s.orphan[j] = s.stamp
         if f & F_CALLS:
             for j in range(s.call_off[i], s.call_off[i + 1]):
                 cid = s.call_codes[j]
@@ -1406,16 +1406,18 @@ cdef void _rows_orphans(_Rows* s, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
 
 cdef void _rows_warnings(_Rows* s, Py_ssize_t row, int frag, Py_ssize_t lo,
                          Py_ssize_t hi) noexcept nogil:
-    # Every warning of lo:hi in message order: a message's orphan, then its unanswered calls.
+    # Every warning of lo:hi in message order: a message's orphans, then its unanswered calls.
     cdef Py_ssize_t i, j, k
     cdef int64_t cid
     _rows_orphans(s, lo, hi)
     for i in range(lo, hi):
-        if s.orphan[i - lo] != -3:
-            k = s.nwarn
-            s.w_row[k], s.w_frag[k], s.w_index[k] = row, frag, i - lo
-            s.w_code[k], s.w_id[k] = 0, s.orphan[i - lo]
-            s.nwarn += 1
+        if s.flags[i] & F_RESULT:
+            for j in range(s.res_off[i], s.res_off[i + 1]):
+                if s.orphan[j] == s.stamp:
+                    k = s.nwarn
+                    s.w_row[k], s.w_frag[k], s.w_index[k] = row, frag, i - lo
+                    s.w_code[k], s.w_id[k] = 0, s.result_codes[j]
+                    s.nwarn += 1
         if s.flags[i] & F_CALLS:
             for j in range(s.call_off[i], s.call_off[i + 1]):
                 cid = s.call_codes[j]
@@ -1458,11 +1460,11 @@ cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping
     while first > 0:
         cut = s.starts[first]
         _rows_orphans(s, cut, tail)
-        # The ids still missing their call: stamped in pend_stamp's twin, called[], as -stamp.
+        # The ids still missing their call, marked in called[] as -stamp.
         missing = 0
-        for i in range(cut, tail):
-            cid = s.orphan[i - cut]
-            if cid >= 0 and s.called[cid] != -s.stamp:
+        for j in range(s.res_off[cut], s.res_off[tail]):
+            cid = s.result_codes[j]
+            if s.orphan[j] == s.stamp and cid >= 0 and s.called[cid] != -s.stamp:
                 s.called[cid] = -s.stamp
                 missing += 1
         if missing == 0:
@@ -1490,8 +1492,8 @@ cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping
 
 
 def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_codes_in,
-                result_codes_in, int64_t ncodes, tuple steps, int64_t trigger_chars,
-                int64_t watermark_chars, skip_in=None):
+                result_offsets, result_codes_in, int64_t ncodes, tuple steps,
+                int64_t trigger_chars, int64_t watermark_chars, skip_in=None):
     """:func:`reduce_transcript` of many transcripts held as arrays, in one call (see the
     twin)."""
     cdef const int8_t[::1] roles = np.ascontiguousarray(roles_in, dtype=np.int8)
@@ -1502,12 +1504,16 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     cdef Py_ssize_t m = flags.shape[0]
     off_a = _as_offsets(list_offsets, m, "reduce_rows")
     cdef const int64_t[::1] off = off_a
-    if roles.shape[0] != m or chars.shape[0] != m or result_codes.shape[0] != m:
-        raise ValueError("roles, flags, chars and result_codes differ in length")
+    if roles.shape[0] != m or chars.shape[0] != m:
+        raise ValueError("roles, flags and chars differ in length")
     if len(call_offsets) != m + 1:
         raise ValueError(f"call_offsets: expected {m + 1} entries, got {len(call_offsets)}")
     coff_a = _as_offsets(call_offsets, call_codes.shape[0], "reduce_rows")
     cdef const int64_t[::1] coff = coff_a
+    if len(result_offsets) != m + 1:
+        raise ValueError(f"result_offsets: expected {m + 1} entries, got {len(result_offsets)}")
+    roff_a = _as_offsets(result_offsets, result_codes.shape[0], "reduce_rows")
+    cdef const int64_t[::1] roff = roff_a
     cdef Py_ssize_t i, r, n = off.shape[0] - 1, longest = 0
     cdef int64_t used = 0  # the state covers the codes in use, whatever ncodes claims
     if ncodes < 0:
@@ -1517,11 +1523,12 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
             raise ValueError(f"call_codes must lie in -1..{ncodes - 1}")
         if call_codes[i] >= used:
             used = call_codes[i] + 1
-    for i in range(m):
-        if result_codes[i] < -2 or result_codes[i] >= ncodes:
-            raise ValueError(f"result_codes must lie in -2..{ncodes - 1}")
+    for i in range(result_codes.shape[0]):
+        if result_codes[i] < -1 or result_codes[i] >= ncodes:
+            raise ValueError(f"result_codes must lie in -1..{ncodes - 1}")
         if result_codes[i] >= used:
             used = result_codes[i] + 1
+    for i in range(m):
         if chars[i] < 0:
             raise ValueError("chars must be >= 0")
     cdef Py_ssize_t nsteps = len(steps)
@@ -1553,13 +1560,14 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     cdef int64_t[::1] o_before = outs[3], o_after = outs[4], o_groups = outs[5]
     fired_a = np.zeros(n, dtype=np.uint8)
     cdef uint8_t[::1] o_fired = fired_a
-    # At most one orphan per message and one unanswered call per call.
-    cdef Py_ssize_t cap = m + call_codes.shape[0]
+    # At most one orphan per result and one unanswered call per call.
+    cdef Py_ssize_t cap = result_codes.shape[0] + call_codes.shape[0]
     warn = [np.empty(cap, dtype=np.int64) for _ in range(5)]
     cdef int64_t[::1] w0 = warn[0], w1 = warn[1], w2 = warn[2], w3 = warn[3], w4 = warn[4]
     state = np.zeros(3 * used + 1, dtype=np.int64)
-    scratch = np.zeros(3 * longest + 2, dtype=np.int64)
-    cdef int64_t[::1] st = state, sc = scratch
+    scratch = np.zeros(2 * longest + 1, dtype=np.int64)
+    orphans = np.zeros(result_codes.shape[0] + 1, dtype=np.int64)
+    cdef int64_t[::1] st = state, sc = scratch, orph = orphans
     cdef _Rows s
     cdef int64_t dummy = 0
     s.roles = &roles[0] if m else NULL
@@ -1567,13 +1575,14 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     s.chars = &chars[0] if m else NULL
     s.call_off = &coff[0]
     s.call_codes = &call_codes[0] if call_codes.shape[0] else NULL
-    s.result_codes = &result_codes[0] if m else NULL
+    s.res_off = &roff[0]
+    s.result_codes = &result_codes[0] if result_codes.shape[0] else NULL
     s.called = &st[0]
     s.pend_stamp = &st[used]
     s.pend_at = &st[2 * used]
-    s.orphan = &sc[0]
-    s.starts = &sc[longest]
-    s.gchars = &sc[2 * longest + 1]
+    s.orphan = &orph[0]
+    s.starts = &sc[0]
+    s.gchars = &sc[longest + 1]
     s.stamp = 0
     s.w_row = &w0[0] if cap else &dummy
     s.w_frag = &w1[0] if cap else &dummy

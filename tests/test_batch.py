@@ -149,11 +149,8 @@ def test_content_parts_columnar_or_object_per_row(rows, policy):
                                                               "output_text") and p["text"] is None]
         assert bad and exc.issues[0].path.startswith(f"messages[{bad[0][0]}][{bad[0][1]}]")
         return
-    paths = out.figures.column("path").to_pylist()
-    for row, path in zip(rows, paths, strict=True):
-        tools = any(p["type"] in ("tool_result", "tool_use") for m in row
-                    for p in (m["content"] or ()))
-        assert path == ("object" if tools else "columnar")
+    # Text parts, opaque parts and tool blocks alike: all on the columnar path.
+    assert set(out.figures.column("path").to_pylist()) == {"columnar"}
     assert_rows_match(table, policy, out)
 
 
@@ -414,3 +411,72 @@ def test_pieces_side_by_side_mean_the_same(monkeypatch):
     assert exc.value.issues[0].path == "messages[100][0].role"
     with pytest.raises(ValueError, match="threads"):
         reduce_table(table, POLICY, threads=0)
+
+
+INNER = pa.struct([("type", pa.string()), ("text", pa.string())])
+ARGS = pa.struct([("q", pa.string()), ("n", pa.int64()), ("x", pa.float64())])
+
+
+def block_type(result_content):
+    return pa.struct([("type", pa.string()), ("text", pa.string()), ("id", pa.string()),
+                      ("name", pa.string()), ("input", ARGS), ("tool_use_id", pa.string()),
+                      ("content", result_content), ("is_error", pa.bool_())])
+
+
+inner_part = st.fixed_dictionaries({
+    "type": st.sampled_from(["text", "image", "tool_result"]) | st.none(),
+    "text": words | st.none()})
+block = st.fixed_dictionaries({
+    "type": st.sampled_from(["text", "tool_use", "tool_result", "thinking", "image"]),
+    "text": words | st.none(), "id": ids, "name": words | st.none(),
+    "input": st.none() | st.fixed_dictionaries({
+        "q": words | st.none(), "n": st.none() | st.integers(-2**63, 2**63 - 1),
+        "x": st.none() | st.floats(allow_nan=False)}),
+    "tool_use_id": ids, "is_error": st.none() | st.booleans(),
+})
+anthropic_message = st.fixed_dictionaries({
+    "role": st.sampled_from(["system", "user", "assistant", "tool", "critic"]),
+    "tool_call_id": ids,
+})
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.tuples(anthropic_message, st.lists(st.tuples(
+    block, words | st.none(), st.none() | st.lists(inner_part, max_size=3)), max_size=4)),
+    max_size=10), min_size=1, max_size=6), st.booleans(), policies)
+def test_anthropic_blocks_columnar(rows, nested, policy):
+    # Tool results' content as text or as a list of parts; tool_use inputs as structs.
+    content = pa.list_(INNER) if nested else pa.string()
+    message_type = pa.struct([("role", pa.string()), ("tool_call_id", pa.string()),
+                              ("content", pa.list_(block_type(content)))])
+    data = [[dict(m, content=[dict(b, content=(inner if nested else text))
+                              for b, text, inner in blocks]) for m, blocks in row]
+            for row in rows]
+    table = pa.table({"messages": pa.array(data, type=pa.list_(message_type))})
+    try:
+        out = reduce_table(table, policy)
+    except ContextPlanError as exc:
+        # Text parts without text (the object path's error, named by row and message).
+        assert exc.codes == ["invalid-content"], exc
+        return
+    paths = out.figures.column("path").to_pylist()
+    for row, path in zip(data, paths, strict=True):
+        deeper = nested and any(
+            b["type"] == "tool_result" and any(p["type"] == "tool_result" or (
+                p["type"] == "text" and p["text"] is None) for p in (b["content"] or ()))
+            for m in row for b in m["content"])
+        assert path == ("object" if deeper else "columnar"), row
+    assert_rows_match(table, policy, out)
+
+
+def test_corpus_agent_traces_in_blocks_match_row_by_row():
+    from contextpolicy import synthetic
+
+    rows = synthetic.corpus("agent-traces", 16, 7)
+    blocks = [[dict(m, content=[{"type": "text", "text": m["content"]}])
+               if isinstance(m.get("content"), str) else m for m in r] for r in rows]
+    table = pa.table({"messages": blocks})
+    policy = reduce_policy(trim(8000), trigger=20000, target=12000)
+    out = reduce_table(table, policy)
+    assert set(out.figures.column("path").to_pylist()) == {"columnar"}
+    assert_rows_match(table, policy, out)

@@ -255,18 +255,21 @@ def row_arrays(draw):
     m = sum(rows)
     roles = draw(st.lists(st.integers(0, len(ROLE_NAMES) - 1), min_size=m, max_size=m))
     ncodes = draw(st.integers(0, 4))
-    chars, flags, calls, results, call_offsets = [], [], [], [], [0]
+    chars, flags, calls, results, call_offsets, result_offsets = [], [], [], [], [0], [0]
     for r in roles:
         chars.append(draw(st.integers(0, 300)))
         f = FLAG_OPENS_TURN if r == ROLE_USER else 0
-        if r == ROLE_TOOL or draw(st.integers(0, 5)) == 0:
+        if r == ROLE_TOOL or draw(st.integers(0, 3)) == 0:
             f |= FLAG_TOOL_RESULT
         mine = draw(st.lists(st.integers(-1, ncodes - 1), max_size=2)) if ncodes else []
         if mine:
             f |= FLAG_TOOL_CALLS
         calls += mine
         call_offsets.append(len(calls))
-        results.append(draw(st.integers(-1, ncodes - 1)) if r == ROLE_TOOL else -2)
+        answers = draw(st.lists(st.integers(-1, ncodes - 1), max_size=2)) if (
+            f & FLAG_TOOL_RESULT) else []
+        results += answers
+        result_offsets.append(len(results))
         flags.append(f)
     offsets = np.concatenate([[0], np.cumsum(rows)]).astype(np.int64)
     steps = tuple(draw(st.lists(st.tuples(st.sampled_from([0, 1]), st.integers(0, 3),
@@ -276,7 +279,8 @@ def row_arrays(draw):
     skip = draw(st.none() | st.lists(st.booleans(), min_size=len(rows), max_size=len(rows)))
     return (offsets, np.array(roles, dtype=np.int8), np.array(flags, dtype=np.uint8),
             np.array(chars, dtype=np.int64), np.array(call_offsets, dtype=np.int64),
-            np.array(calls, dtype=np.int64), np.array(results, dtype=np.int64), ncodes, steps,
+            np.array(calls, dtype=np.int64), np.array(result_offsets, dtype=np.int64),
+            np.array(results, dtype=np.int64), ncodes, steps,
             trigger, watermark, None if skip is None else np.array(skip, dtype=np.uint8))
 
 
@@ -295,14 +299,14 @@ def test_reduce_rows_agrees(differential, args):
 def test_reduce_rows_rejects_what_it_cannot_read(differential):
     ok = (np.array([0, 2]), np.array([3, 4], dtype=np.int8), np.array([1, 0], dtype=np.uint8),
           np.array([5, 5]), np.array([0, 0, 0]), np.array([], dtype=np.int64),
-          np.array([-2, -2]), 0, ((0, 0, 0),), 1, 1)
+          np.array([0, 0, 0]), np.array([], dtype=np.int64), 0, ((0, 0, 0),), 1, 1)
     assert differential("reduce_rows", *ok)[1].tolist() == [2]  # the whole history cut
     bad = {
         0: np.array([0, 3]),  # offsets past the messages
         3: np.array([5, -1]),  # negative chars
         4: np.array([0, 1, 0]),  # decreasing call offsets
-        6: np.array([-2, 7]),  # a result code outside the dictionary
-        8: ((5, 0, 0),),  # an unknown grouping
+        6: np.array([0, 1, 1]),  # result offsets past the codes
+        9: ((5, 0, 0),),  # an unknown grouping
     }
     for at, value in bad.items():
         args = list(ok)
@@ -310,10 +314,12 @@ def test_reduce_rows_rejects_what_it_cannot_read(differential):
         with pytest.raises(ValueError):
             differential("reduce_rows", *args)
     with pytest.raises(ValueError):
-        differential("reduce_rows", *ok[:8], ((0, -1, 0),), 1, 1)
+        differential("reduce_rows", *ok[:9], ((0, -1, 0),), 1, 1)
     with pytest.raises(ValueError):
         differential("reduce_rows", *ok, np.array([1, 0, 1], dtype=np.uint8))
     with pytest.raises(ValueError):
-        differential("reduce_rows", *ok[:7], -1, *ok[8:])
+        differential("reduce_rows", *ok[:8], -1, *ok[9:])
+    with pytest.raises(ValueError):  # a result code outside the dictionary
+        differential("reduce_rows", *ok[:6], np.array([0, 1, 1]), np.array([3]), 1, *ok[9:])
     # A dictionary said to be vast costs nothing: the state covers the codes in use.
-    assert differential("reduce_rows", *ok[:7], 1 << 62, *ok[8:])[1].tolist() == [2]
+    assert differential("reduce_rows", *ok[:8], 1 << 62, *ok[9:])[1].tolist() == [2]

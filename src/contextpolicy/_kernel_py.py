@@ -802,8 +802,8 @@ UNANSWERED_CODE = 1  # ... and an unanswered tool call
 
 
 def _rows_pairing(
-    lo: int, hi: int, flags: Any, call_offsets: Any, call_codes: Any, result_codes: Any,
-    orphans_only: bool = False,
+    lo: int, hi: int, flags: Any, call_offsets: Any, call_codes: Any, result_offsets: Any,
+    result_codes: Any, orphans_only: bool = False,
 ) -> list[tuple[int, int, int]]:
     """:func:`tool_pairing` of messages ``lo:hi`` given as codes: ``(index, code, id)``."""
     called: set[int] = set()
@@ -812,8 +812,8 @@ def _rows_pairing(
     for i in range(lo, hi):
         f = int(flags[i])
         if f & FLAG_TOOL_RESULT:
-            cid = int(result_codes[i])
-            if cid != -2:
+            for j in range(int(result_offsets[i]), int(result_offsets[i + 1])):
+                cid = int(result_codes[j])
                 if cid >= 0 and cid in pending:
                     del pending[cid]
                 elif cid < 0 or cid not in called:
@@ -834,17 +834,19 @@ def _rows_pairing(
 
 def reduce_rows(
     list_offsets: Any, roles: Any, flags: Any, chars: Any, call_offsets: Any, call_codes: Any,
-    result_codes: Any, ncodes: int, steps: tuple[tuple[int, int, int], ...],
-    trigger_chars: int, watermark_chars: int, skip: Any = None,
+    result_offsets: Any, result_codes: Any, ncodes: int,
+    steps: tuple[tuple[int, int, int], ...], trigger_chars: int, watermark_chars: int,
+    skip: Any = None,
 ) -> tuple[Any, ...]:
     """:func:`reduce_transcript` of many transcripts held as arrays, in one call.
 
     ``list_offsets`` delimit each transcript's messages in ``roles``, ``flags`` and ``chars``
     (what :func:`measure_messages` gives); ``call_offsets`` delimit each message's tool call
-    ids in ``call_codes`` (``-1``: a call without an id); ``result_codes`` is the id a message
-    answers (``-2``: none, it is not a ``tool`` message; ``-1``: a result without an id). Ids
-    are codes below ``ncodes``. ``steps``: ``(grouping, keep_groups, target_chars)`` per trim of
-    the history; rows where ``skip`` is set are left at zero.
+    ids in ``call_codes`` (``-1``: a call without an id), ``result_offsets`` the ids each
+    answers in ``result_codes`` (``-1``: a result without an id); only messages flagged as
+    calls or results are read for them. Ids are codes below ``ncodes``. ``steps``:
+    ``(grouping, keep_groups, target_chars)`` per trim of the history; rows where ``skip`` is
+    set are left at zero.
 
     Returns per row ``(head, cut, tail, chars_before, chars_after, groups_removed, fired)``
     (``messages[a:head]`` the system fragment, ``messages[cut:tail]`` the kept history,
@@ -859,20 +861,23 @@ def reduce_rows(
     chars = np.asarray(chars)
     call_offsets = np.asarray(call_offsets)
     call_codes = np.asarray(call_codes)
+    result_offsets = np.asarray(result_offsets)
     result_codes = np.asarray(result_codes)
     m = len(flags)
     _check_offsets(off, m, "reduce_rows")
-    if len(roles) != m or len(chars) != m or len(result_codes) != m:
-        raise ValueError("roles, flags, chars and result_codes differ in length")
-    if len(call_offsets) != m + 1:
-        raise ValueError(f"call_offsets: expected {m + 1} entries, got {len(call_offsets)}")
-    _check_offsets(call_offsets, len(call_codes), "reduce_rows")
+    if len(roles) != m or len(chars) != m:
+        raise ValueError("roles, flags and chars differ in length")
+    for name, offsets, codes in (("call_offsets", call_offsets, call_codes),
+                                 ("result_offsets", result_offsets, result_codes)):
+        if len(offsets) != m + 1:
+            raise ValueError(f"{name}: expected {m + 1} entries, got {len(offsets)}")
+        _check_offsets(offsets, len(codes), "reduce_rows")
     if ncodes < 0:
         raise ValueError("ncodes must be >= 0")
     if len(call_codes) and (int(call_codes.min()) < -1 or int(call_codes.max()) >= ncodes):
         raise ValueError(f"call_codes must lie in -1..{ncodes - 1}")
-    if len(result_codes) and (int(result_codes.min()) < -2 or int(result_codes.max()) >= ncodes):
-        raise ValueError(f"result_codes must lie in -2..{ncodes - 1}")
+    if len(result_codes) and (int(result_codes.min()) < -1 or int(result_codes.max()) >= ncodes):
+        raise ValueError(f"result_codes must lie in -1..{ncodes - 1}")
     if len(chars) and int(chars.min()) < 0:
         raise ValueError("chars must be >= 0")
     for grouping, keep, target in steps:
@@ -918,7 +923,8 @@ def reduce_rows(
             while first > 0:
                 cut = h0 + int(offsets[first])
                 missing = {cid for _, code, cid in _rows_pairing(
-                    cut, tail, flags, call_offsets, call_codes, result_codes, True) if cid >= 0}
+                    cut, tail, flags, call_offsets, call_codes, result_offsets, result_codes,
+                    True) if cid >= 0}
                 if not missing:
                     break
                 earliest = cut
@@ -943,7 +949,7 @@ def reduce_rows(
         for fragment, (lo, hi) in enumerate(((a, head), (h0, tail), (tail, b))):
             if hi > lo and np.any(flags[lo:hi] & tool_bits):
                 warn += [(r, fragment, i - lo, code, cid) for i, code, cid in _rows_pairing(
-                    lo, hi, flags, call_offsets, call_codes, result_codes)]
+                    lo, hi, flags, call_offsets, call_codes, result_offsets, result_codes)]
         for k, value in enumerate((head, h0, tail, int(chars[a:b].sum()), total,
                                    removed_groups)):
             out[k][r] = value

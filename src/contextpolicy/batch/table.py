@@ -212,6 +212,35 @@ def _sums(values: Any, offs: Any) -> Any:
     return csum[offs[1:]] - csum[offs[:-1]]
 
 
+class _Ids:
+    """Tool call ids (or the ids results answer) as they are found: the message of each, its
+    place in the message's order, and the id strings."""
+
+    def __init__(self) -> None:
+        self.messages: list[Any] = []
+        self.order: list[Any] = []
+        self.strings: list[Any] = []
+
+    def add(self, messages: Any, order: Any, strings: Any) -> None:
+        if len(messages):
+            self.messages.append(np.asarray(messages, dtype=np.int64))
+            self.order.append(np.asarray(order, dtype=np.int64))
+            self.strings.append(_strings(strings).cast(_pa().large_string()))
+
+    def arranged(self, m: int) -> tuple[Any, Any | None, Any]:
+        """(offsets per message, the id strings in message order, and the order)."""
+        if not self.messages:
+            return np.zeros(m + 1, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
+        msg = np.concatenate(self.messages)
+        order = np.lexsort((np.concatenate(self.order), msg))
+        offsets = np.concatenate([[0], np.cumsum(np.bincount(msg, minlength=m))])
+        return offsets.astype(np.int64), pa_concat(self.strings), order
+
+
+def pa_concat(arrays: list[Any]) -> Any:
+    return arrays[0] if len(arrays) == 1 else _pa().concat_arrays(arrays)
+
+
 class _Measured:
     """The arrays ``_kernel.reduce_rows`` needs for one chunk, and the rows it cannot take."""
 
@@ -223,6 +252,13 @@ class _Measured:
         self.offsets = offs
         self.values = values
         self.slow = np.zeros(n, dtype=bool)  # rows the object path measures
+        self.ncodes = 0
+        self.dictionary = pa.array([], type=pa.large_string())
+        self.roles = np.zeros(m, dtype=np.int8)
+        self.chars = np.zeros(m, dtype=np.int64)
+        self.flags = np.zeros(m, dtype=np.uint8)
+        self.call_offsets = self.result_offsets = np.zeros(m + 1, dtype=np.int64)
+        self.call_codes = self.result_codes = np.zeros(0, dtype=np.int64)
         if arr.null_count:
             self.slow |= _nulls(arr)
         if values.null_count:
@@ -231,62 +267,44 @@ class _Measured:
         if role is None or not _text_type(role.type):
             # No row can be measured here: the object path says what is wrong with each.
             self.slow[:] = True
-            self.roles = np.zeros(m, dtype=np.int8)
-            self.chars = np.zeros(m, dtype=np.int64)
-            self.flags = np.zeros(m, dtype=np.uint8)
-            self.call_offsets = np.zeros(m + 1, dtype=np.int64)
-            self.call_codes = np.zeros(0, dtype=np.int64)
-            self.result_codes = np.full(m, -2, dtype=np.int64)
-            self.ncodes = 0
-            self.dictionary = pa.array([], type=pa.large_string())
             return
         role = _strings(role)
         if role.null_count:
             self.slow |= _rows_of(_nulls(role), offs)
         data, roffs = _buffers(role)
         roles = _kernel.role_codes_utf8(data, roffs)
-        self.roles = roles
         chars = np.zeros(m, dtype=np.int64)
         flags = np.zeros(m, dtype=np.uint8)
         bad = np.zeros(m, dtype=bool)  # messages the object path must measure
+        calls, results = _Ids(), _Ids()
         content = _field(values, "content")
         if content is not None:
-            self._content(content, chars, bad)
-        # Tool calls: names and arguments counted, ids coded.
-        call_offsets = np.zeros(m + 1, dtype=np.int64)
-        call_ids = None
-        calls = _field(values, "tool_calls")
-        if calls is not None and calls.null_count < len(calls):
-            call_ids = self._calls(calls, chars, flags, bad, call_offsets)
-        elif calls is not None and not pa.types.is_null(calls.type) and not _is_list(calls.type):
-            bad |= ~_nulls(calls)
+            self._content(content, chars, flags, bad, calls, results)
+        # Tool calls: names and arguments counted, ids coded (before a message's tool_use ids).
+        tool_calls = _field(values, "tool_calls")
+        if tool_calls is not None and tool_calls.null_count < len(tool_calls):
+            self._calls(tool_calls, chars, flags, bad, calls)
         is_user = roles == ROLE_USER
-        flags[is_user] |= FLAG_OPENS_TURN
+        flags[is_user & ((flags & FLAG_TOOL_RESULT) == 0)] |= FLAG_OPENS_TURN
         flags[(roles == ROLE_TOOL) | (roles == ROLE_FUNCTION)] |= FLAG_TOOL_RESULT
-        # What a tool message answers.
-        result_codes = np.full(m, -2, dtype=np.int64)
-        is_tool = roles == ROLE_TOOL
-        answers = None
-        if is_tool.any():
+        # What a tool message answers (before the ids of its tool_result blocks).
+        is_tool = np.flatnonzero(roles == ROLE_TOOL)
+        if len(is_tool):
             tcid = _field(values, "tool_call_id")
-            if tcid is not None and _text_type(tcid.type):
-                answers = _strings(tcid)
-            elif tcid is not None and not pa.types.is_null(tcid.type):
-                bad |= is_tool & ~_nulls(tcid)
-            result_codes[is_tool] = -1
-        self.ncodes = 0
-        self.dictionary = pa.array([], type=pa.large_string())
-        self.call_codes = np.zeros(0, dtype=np.int64)
-        if call_ids is not None or answers is not None:
-            self._codes(call_ids, answers, is_tool, result_codes)
+            if tcid is None or pa.types.is_null(tcid.type):
+                answers = pa.nulls(len(is_tool), type=pa.large_string())
+            elif _text_type(tcid.type):
+                answers = _strings(tcid).take(pa.array(is_tool))
+            else:
+                bad[is_tool] |= ~_nulls(tcid)[is_tool]
+                answers = pa.nulls(len(is_tool), type=pa.large_string())
+            results.add(is_tool, np.full(len(is_tool), -1), answers)
+        self._codes(calls, results, m)
         self.slow |= _rows_of(bad, offs)
-        self.chars = chars
-        self.flags = flags
-        self.call_offsets = call_offsets
-        self.result_codes = result_codes
-        self.column = column
+        self.roles, self.chars, self.flags = roles, chars, flags
 
-    def _content(self, content: Any, chars: Any, bad: Any) -> None:
+    def _content(self, content: Any, chars: Any, flags: Any, bad: Any, calls: _Ids,
+                 results: _Ids) -> None:
         pa = _pa()
         t = content.type
         if _text_type(t):
@@ -294,20 +312,27 @@ class _Measured:
         elif _is_list(t) and (_text_type(t.value_type) or pa.types.is_struct(t.value_type)):
             offs, parts = _offsets(content)
             present = ~_nulls(content) if content.null_count else None
+            if present is not None:
+                # A null list holds no parts, whatever range Arrow left it.
+                odd = ~present & (np.diff(offs) > 0)
+                bad |= odd
             if _text_type(t.value_type):  # parts that are plain strings
                 counted = _lengths(parts)
                 if parts.null_count:
                     bad |= _rows_of(_nulls(parts), offs)
             else:
-                counted = self._parts(parts, offs, bad)
+                counted = self._parts(parts, offs, flags, bad, calls, results)
             per = _sums(counted, offs)
             chars += per if present is None else np.where(present, per, 0)
         elif not pa.types.is_null(t):
             # JSON text, a struct, numbers ...: the object path reads each message's content.
             bad |= ~_nulls(content)
 
-    def _parts(self, parts: Any, offs: Any, bad: Any) -> Any:
-        """Chars of each content part; marks messages with parts only objects can measure."""
+    def _parts(self, parts: Any, offs: Any, flags: Any, bad: Any, calls: _Ids,
+               results: _Ids) -> Any:
+        """Chars of each content part: text parts, ``tool_result`` blocks (their content),
+        ``tool_use`` blocks (name and the compact JSON of the input); the ids of the blocks;
+        other parts are opaque. Marks messages only objects can measure."""
         import pyarrow.compute as pc
 
         pa = _pa()
@@ -315,42 +340,123 @@ class _Measured:
         counted = np.zeros(k, dtype=np.int64)
         unreadable = _nulls(parts) if parts.null_count else np.zeros(k, dtype=bool)
         ptype = _field(parts, "type")
-        if ptype is not None and _text_type(ptype.type):
-            kinds = pc.index_in(_strings(ptype), value_set=pa.array(
-                [*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART]))
-            code = _ints(kinds.fill_null(-1))
-            is_text = (code >= 0) & (code < len(TEXT_PART_TYPES))
-            unreadable |= code >= len(TEXT_PART_TYPES)  # tool blocks: the object path
-            if is_text.any():
-                text = _field(parts, "text")
-                if text is None or not _text_type(text.type):
-                    unreadable |= is_text  # the object path says what the text is
-                else:
-                    if text.null_count:
-                        unreadable |= is_text & _nulls(text)
-                    counted = np.where(is_text, _lengths(text), 0)
-        elif ptype is not None and not pa.types.is_null(ptype.type):
-            unreadable |= ~_nulls(ptype)
+        if ptype is None or pa.types.is_null(ptype.type):
+            return counted
+        if not _text_type(ptype.type):
+            bad |= _rows_of(~_nulls(ptype), offs)
+            return counted
+        kinds = pc.index_in(_strings(ptype), value_set=pa.array(
+            [*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART]))
+        code = _ints(kinds.fill_null(-1))
+        part_message = np.repeat(np.arange(len(offs) - 1, dtype=np.int64), np.diff(offs))
+        is_text = (code >= 0) & (code < len(TEXT_PART_TYPES))
+        if is_text.any():
+            text = _field(parts, "text")
+            if text is None or not _text_type(text.type):
+                unreadable |= is_text  # the object path says what the text is
+            else:
+                if text.null_count:
+                    unreadable |= is_text & _nulls(text)
+                counted = np.where(is_text, _lengths(text), 0)
+        is_result = code == len(TEXT_PART_TYPES)
+        if is_result.any():
+            at = np.flatnonzero(is_result)
+            counted[at] += self._result_chars(_field(parts, "content"), at, unreadable)
+            flags[part_message[at]] |= FLAG_TOOL_RESULT
+            results.add(part_message[at], at, self._ids(parts, "tool_use_id", at, unreadable))
+        is_use = code == len(TEXT_PART_TYPES) + 1
+        if is_use.any():
+            at = np.flatnonzero(is_use)
+            name = _field(parts, "name")
+            if name is not None and _text_type(name.type):  # a name that is not text: 0
+                counted[at] += _lengths(name)[at]
+            given = _field(parts, "input")
+            if given is not None:
+                # The compact JSON of each input, as the object path counts it (the value
+                # read back from Arrow, null for a missing one).
+                from .._kernel_py import COMPACT_JSON
+
+                try:
+                    counted[at] += [len(COMPACT_JSON.encode(v))
+                                    for v in given.take(pa.array(at)).to_pylist()]
+                except (TypeError, ValueError, RecursionError):
+                    unreadable[at] = True
+            flags[part_message[at]] |= FLAG_TOOL_CALLS
+            calls.add(part_message[at], at, self._ids(parts, "id", at, unreadable))
         if unreadable.any():
             bad |= _rows_of(unreadable, offs)
         return counted
 
-    def _calls(self, calls: Any, chars: Any, flags: Any, bad: Any, call_offsets: Any) -> Any:
+    @staticmethod
+    def _ids(parts: Any, key: str, at: Any, unreadable: Any) -> Any:
         pa = _pa()
-        t = calls.type
+        ids = _field(parts, key)
+        if ids is None or pa.types.is_null(ids.type):
+            return pa.nulls(len(at), type=pa.large_string())
+        if not _text_type(ids.type):  # not text: the object path reads no id (nor do we)
+            return pa.nulls(len(at), type=pa.large_string())
+        return _strings(ids).take(pa.array(at))
+
+    @staticmethod
+    def _result_chars(content: Any, at: Any, unreadable: Any) -> Any:
+        """Chars of the content of the ``tool_result`` blocks at ``at``: a string, a list of
+        strings or of text parts; anything else is read by the object path."""
+        import pyarrow.compute as pc
+
+        pa = _pa()
+        if content is None or pa.types.is_null(content.type):
+            return np.zeros(len(at), dtype=np.int64)
+        t = content.type
+        if _text_type(t):
+            return _lengths(content)[at]
+        present = ~_nulls(content)
+        if not (_is_list(t) and (_text_type(t.value_type) or pa.types.is_struct(t.value_type))):
+            unreadable[at] |= present[at]
+            return np.zeros(len(at), dtype=np.int64)
+        offs, inner = _offsets(content)
+        if content.null_count:
+            unreadable[at] |= (~present & (np.diff(offs) > 0))[at]
+        if _text_type(t.value_type):
+            counted = _lengths(inner)
+            if inner.null_count:
+                unreadable[at] |= _rows_of(_nulls(inner), offs)[at]
+        else:
+            counted = np.zeros(len(inner), dtype=np.int64)
+            ptype = _field(inner, "type")
+            if ptype is not None and _text_type(ptype.type):
+                kinds = _ints(pc.index_in(_strings(ptype), value_set=pa.array(
+                    [*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART])).fill_null(-1))
+                is_text = (kinds >= 0) & (kinds < len(TEXT_PART_TYPES))
+                deeper = kinds >= len(TEXT_PART_TYPES)  # nested blocks: the object path
+                if inner.null_count:
+                    deeper |= _nulls(inner)
+                text = _field(inner, "text")
+                if is_text.any():
+                    if text is None or not _text_type(text.type):
+                        deeper |= is_text
+                    else:
+                        if text.null_count:
+                            deeper |= is_text & _nulls(text)
+                        counted = np.where(is_text, _lengths(text), 0)
+                unreadable[at] |= _rows_of(deeper, offs)[at]
+            elif ptype is not None and not pa.types.is_null(ptype.type):
+                unreadable[at] |= _rows_of(~_nulls(ptype), offs)[at]
+        per = _sums(counted, offs)
+        return np.where(present, per, 0)[at]
+
+    def _calls(self, tool_calls: Any, chars: Any, flags: Any, bad: Any, calls: _Ids) -> None:
+        pa = _pa()
+        t = tool_calls.type
         if not (_is_list(t) and pa.types.is_struct(t.value_type)):
-            bad |= ~_nulls(calls)
-            return None
-        offs, entries = _offsets(calls)
-        call_offsets[:] = offs
+            bad |= ~_nulls(tool_calls)
+            return
+        offs, entries = _offsets(tool_calls)
         per_message = np.diff(offs)
-        if calls.null_count:
+        if tool_calls.null_count:
             # A null list holds no calls, whatever range Arrow left it: the object path reads
             # a message whose null list spans entries.
-            odd = _nulls(calls) & (per_message > 0)
-            if odd.any():
-                bad |= odd
-                per_message = np.where(odd, 0, per_message)
+            odd = _nulls(tool_calls) & (per_message > 0)
+            bad |= odd
         flags[per_message > 0] |= FLAG_TOOL_CALLS
         k = len(entries)
         unreadable = _nulls(entries) if entries.null_count else np.zeros(k, dtype=bool)
@@ -373,32 +479,31 @@ class _Measured:
         chars += _sums(counted, offs)
         if unreadable.any():
             bad |= _rows_of(unreadable, offs)
+        message = np.repeat(np.arange(len(offs) - 1, dtype=np.int64), per_message)
         ids = _field(entries, "id")
         if ids is None or not _text_type(ids.type):
             if ids is not None and not pa.types.is_null(ids.type):
                 bad |= _rows_of(~_nulls(ids), offs)
-            return pa.nulls(k, type=pa.large_string())
-        return _strings(ids)
+            ids = pa.nulls(k, type=pa.large_string())
+        # tool_calls ids come first in a message: ordered before its blocks' (-k .. -1).
+        calls.add(message, np.arange(k, dtype=np.int64) - k, ids)
 
-    def _codes(self, call_ids: Any, answers: Any, is_tool: Any, result_codes: Any) -> None:
-        """Tool call ids and the ids tool messages answer, as codes of one dictionary."""
-        pa = _pa()
-        parts = []
-        if call_ids is not None:
-            parts.append(call_ids.cast(pa.large_string()))
-        tool_at = np.flatnonzero(is_tool)
-        if answers is not None and len(tool_at):
-            parts.append(answers.take(pa.array(tool_at)).cast(pa.large_string()))
-        if not parts:
+    def _codes(self, calls: _Ids, results: _Ids, m: int) -> None:
+        """Call ids and the ids results answer, as codes of one dictionary, in message
+        order."""
+        call_offsets, call_ids, call_order = calls.arranged(m)
+        result_offsets, result_ids, result_order = results.arranged(m)
+        self.call_offsets, self.result_offsets = call_offsets, result_offsets
+        present = [a for a in (call_ids, result_ids) if a is not None]
+        if not present:
             return
-        encoded = pa.concat_arrays(parts).dictionary_encode()
+        encoded = pa_concat(present).dictionary_encode()
         codes = _ints(encoded.indices.fill_null(-1)).astype(np.int64)
         self.dictionary = encoded.dictionary
         self.ncodes = len(encoded.dictionary)
         k = len(call_ids) if call_ids is not None else 0
-        self.call_codes = codes[:k] if call_ids is not None else np.zeros(0, dtype=np.int64)
-        if answers is not None and len(tool_at):
-            result_codes[tool_at] = codes[k:]
+        self.call_codes = codes[:k][call_order]
+        self.result_codes = codes[k:][result_order]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -629,7 +734,8 @@ class _Chunk:
             assert run.steps is not None
             head, cut, _tail, before, after, groups, fired, warn = _kernel.reduce_rows(
                 offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
-                measured.call_codes, measured.result_codes, measured.ncodes, run.steps,
+                measured.call_codes, measured.result_offsets, measured.result_codes,
+                measured.ncodes, run.steps,
                 prepared._trigger, prepared._watermark, slow.view(np.uint8),
             )
             fast = ~slow
