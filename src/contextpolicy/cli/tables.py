@@ -17,6 +17,7 @@ import numpy as np
 import orjson
 
 from .common import CliError
+from .main import _ReportFile
 
 __all__ = ["ParquetFromLines", "is_parquet", "reduce_parquet"]
 
@@ -148,25 +149,24 @@ class TableSummary:
                 "skippedLines": self.skipped_rows}
 
 
-class _Report:
+class _Report(_ReportFile):
     """``--report``: the figures of every row, as JSON (``{"conversations": [...],
     "summary": {...}}``) or, for a ``.parquet`` name, as a Parquet table with a ``row``
     column."""
 
     def __init__(self, out: Any, path: str | None) -> None:
-        self.out = out
+        super().__init__(out)
         self.parquet = is_parquet(path)
-        self.first = True
         self.writer: Any = None
 
     def __enter__(self) -> _Report:
-        if self.out is not None:
+        if self.out is not None and self.parquet:
             self.out.__enter__()
-            if not self.parquet:
-                self.out.write(b'{"conversations":[\n')
+            return self
+        super().__enter__()
         return self
 
-    def add(self, start: int, figures: Any, ids: list[Any] | None) -> None:
+    def rows(self, start: int, figures: Any, ids: list[Any] | None) -> None:
         if self.out is None:
             return
         pa, pq = _pyarrow()
@@ -180,35 +180,21 @@ class _Report:
             self.writer.write_table(table)
             return
         for k, row in enumerate(figures.to_pylist()):
-            entry = {"row": start + k, **({"id": ids[k]} if ids is not None else {}), **row}
-            data = orjson.dumps(entry)
-            self.out.write(data if self.first else b",\n" + data)
-            self.first = False
+            self.add(orjson.dumps({"row": start + k, **({"id": ids[k]} if ids is not None
+                                                         else {}), **row}))
 
     def finish(self, summary: dict[str, Any]) -> None:
-        if self.out is None:
+        if self.out is None or not self.parquet:
+            super().finish(summary)
             return
-        if self.parquet:
-            if self.writer is None:
-                from ..batch import figures_schema
+        if self.writer is None:
+            from ..batch import figures_schema
 
-                _, pq = _pyarrow()
-                import pyarrow as pa
-
-                schema = pa.schema([pa.field("row", pa.int64()), *figures_schema(False)])
-                self.writer = pq.ParquetWriter(self.out.stream, schema)
-            self.writer.close()
-        else:
-            self.out.write(b'\n],"summary":' + orjson.dumps(summary) + b"}\n")
+            pa, pq = _pyarrow()
+            schema = pa.schema([pa.field("row", pa.int64()), *figures_schema(False)])
+            self.writer = pq.ParquetWriter(self.out.stream, schema)
+        self.writer.close()
         self.out.flush()
-
-    def commit(self) -> None:
-        if self.out is not None:
-            self.out.commit()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.out is not None:
-            self.out.__exit__(*exc)
 
 
 def _reduce_batch(batch: Any, policy: Any, column: str, on_error: str, start: int,
@@ -296,7 +282,7 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
                 else:
                     for row in _plain_rows(done.table, column):
                         out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
-                report.add(start, done.figures, done.table.column("id").to_pylist()
+                report.rows(start, done.figures, done.table.column("id").to_pylist()
                            if ids_column and not report.parquet else None)
                 start += batch.num_rows
                 rows.advance(batch.num_rows)
