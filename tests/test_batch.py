@@ -480,3 +480,16 @@ def test_corpus_agent_traces_in_blocks_match_row_by_row():
     out = reduce_table(table, policy)
     assert set(out.figures.column("path").to_pylist()) == {"columnar"}
     assert_rows_match(table, policy, out)
+
+
+@pytest.mark.parametrize("depth", [150, 900, 200_000])
+def test_json_content_nested_deeply_is_a_clear_error(depth):
+    text = '[{"type":"tool_result","tool_use_id":"a","content":' * depth + '"x"' + "}]" * depth
+    storage = pa.struct([("role", pa.string()), ("content", pa.string())])
+    typed = pa.list_(pa.struct([("role", pa.string()), ("content", pa.json_())]))
+    arr = pa.array([[{"role": "user", "content": text}, {"role": "user", "content": '"q"'}]],
+                   type=pa.list_(storage)).cast(typed)
+    with pytest.raises(ContextPlanError) as exc:
+        reduce_table(pa.table({"messages": arr}), POLICY)
+    assert exc.value.codes == ["too-deep"]
+    assert exc.value.issues[0].path.startswith("messages[0][0].content")

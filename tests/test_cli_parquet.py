@@ -163,3 +163,17 @@ def test_memory_stays_near_a_few_row_groups(files, tmp_path):
         peaks[name] = int(done.stdout.split()[-1])
     # Eight times the rows cost less than three row groups more: the file is streamed.
     assert peaks["big"] - peaks["small"] < 3 * per_group, (peaks, per_group)
+
+
+def test_deep_json_content_is_one_line_error(files, tmp_path):
+    depth = 900
+    text = '[{"type":"tool_result","tool_use_id":"a","content":' * depth + '"x"' + "}]" * depth
+    storage = pa.struct([("role", pa.string()), ("content", pa.string())])
+    typed = pa.list_(pa.struct([("role", pa.string()), ("content", pa.json_())]))
+    arr = pa.array([[{"role": "user", "content": text}]], type=pa.list_(storage)).cast(typed)
+    deep = tmp_path / "deep.parquet"
+    pq.write_table(pa.table({"messages": arr}), deep)
+    done = run("reduce", deep, "--policy", files["policy"], "-o", tmp_path / "out.jsonl")
+    err = done.stderr.decode()
+    assert done.returncode == 2 and "Traceback" not in err, err
+    assert "row 0" in err and "too-deep" in err

@@ -540,13 +540,25 @@ def _parse_json_fields(messages: Any, row: int, column: str, json_fields: set[st
                 continue
             for key in json_fields & message.keys():
                 if isinstance(message[key], str):
-                    try:
-                        message[key] = orjson.loads(message[key])
-                    except orjson.JSONDecodeError as exc:
-                        raise ContextPlanError(
-                            f"expected JSON text ({exc})", path=f"{column}[{row}][{i}].{key}",
-                            code="invalid-json",
-                        ) from None
+                    message[key] = _json(message[key], f"{column}[{row}][{i}].{key}")
+
+
+def _json(text: str, path: str) -> Any:
+    """``text`` parsed: by orjson, or (nesting deeper than orjson reads) by the standard
+    library as far as the interpreter's stack allows."""
+    import json
+
+    try:
+        return orjson.loads(text)
+    except orjson.JSONDecodeError as exc:
+        if "depth" not in str(exc):
+            raise ContextPlanError(f"expected JSON text ({exc})", path=path,
+                                   code="invalid-json") from None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ContextPlanError("the JSON nests too deeply to be read", path=path,
+                               code="too-deep") from None
 
 
 def _row_error(exc: ContextPlanError, column: str, row: int) -> ContextPlanError:

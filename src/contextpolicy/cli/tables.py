@@ -66,13 +66,15 @@ def _plain_rows(batch: Any, column: str) -> list[dict[str, Any]]:
         pa.types.is_struct(t.value_type)
     ):
         return rows
+    from ..batch.table import _json
+
     fields = _json_fields(t.value_type)
     if fields:
-        for row in rows:
-            for message in row.get(column) or ():
+        for r, row in enumerate(rows):
+            for i, message in enumerate(row.get(column) or ()):
                 for key in fields:
                     if isinstance(message, dict) and isinstance(message.get(key), str):
-                        message[key] = orjson.loads(message[key])
+                        message[key] = _json(message[key], f"{column}[{r}][{i}].{key}")
     return rows
 
 
@@ -244,6 +246,8 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
     """Reduce a Parquet file into ``out`` (Parquet, or JSONL for any other name); returns the
     summary and the input's name."""
     pa, pq = _pyarrow()
+    from ..errors import ContextPlanError
+    from ..jsonl.files import dumps
     from ..prepared import prepare_policy
 
     try:
@@ -280,8 +284,12 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
                 if writer is not None:
                     writer.write_batch(done.table)
                 else:
-                    for row in _plain_rows(done.table, column):
-                        out.write(orjson.dumps(row, option=orjson.OPT_APPEND_NEWLINE))
+                    try:
+                        rows_out = _plain_rows(done.table, column)
+                    except ContextPlanError as exc:
+                        raise CliError(f"{input_path}: rows from {start}: {exc}") from None
+                    for row in rows_out:
+                        out.write(dumps(row) + b"\n")
                 report.rows(start, done.figures, done.table.column("id").to_pylist()
                            if ids_column and not report.parquet else None)
                 start += batch.num_rows
@@ -384,12 +392,14 @@ class ParquetFromLines:
 
 
 def _json_content(chunk: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    from ..jsonl.files import dumps
+
     out = []
     for row in chunk:
         messages = row.get("messages")
         if isinstance(messages, list):
             row = dict(row, messages=[
-                dict(m, content=orjson.dumps(m["content"]).decode())
+                dict(m, content=dumps(m["content"]).decode())
                 if isinstance(m, dict) and m.get("content") is not None else m
                 for m in messages])
         out.append(row)
