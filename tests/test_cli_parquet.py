@@ -177,3 +177,18 @@ def test_deep_json_content_is_one_line_error(files, tmp_path):
     err = done.stderr.decode()
     assert done.returncode == 2 and "Traceback" not in err, err
     assert "row 0" in err and "too-deep" in err
+
+
+def test_empty_inputs_make_valid_files(files, tmp_path):
+    empty = tmp_path / "empty.jsonl"
+    empty.write_bytes(b"")
+    out = tmp_path / "empty.parquet"
+    done = run("reduce", empty, "--policy", files["policy"], "-o", out, "-q")
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(out).num_rows == 0
+    none = tmp_path / "none.parquet"
+    pq.write_table(pq.read_table(files["chats"]).slice(0, 0), none)
+    again = tmp_path / "again.parquet"
+    done = run("reduce", none, "--policy", files["policy"], "-o", again, "-q")
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(again).schema.equals(pq.read_table(none).schema)

@@ -365,8 +365,10 @@ class ParquetFromLines:
             except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
                 raise CliError(f"{self.name}: the reduced lines do not fit one Arrow schema "
                                f"({exc})") from None
-        writer = pq.ParquetWriter(self.target.stream, schema) if schema is not None else None
-        if writer is not None:
+        if schema is None:  # no lines: a valid Parquet file with no rows and no columns
+            pq.write_table(pa.table({}), self.target.stream)
+        else:
+            writer = pq.ParquetWriter(self.target.stream, schema)
             for chunk in self._lines():
                 table = pa.Table.from_pylist(_json_content(chunk) if as_json else chunk,
                                              schema=_storage(schema))
