@@ -26,7 +26,8 @@ __all__ = ["ReduceBatches", "reduce_dataset"]
 
 class ReduceBatches:
     """``reduce_table`` as a Ray Data callable class: ``ds.map_batches(ReduceBatches,
-    fn_constructor_kwargs={"policy": policy}, batch_format="pyarrow", concurrency=N)``.
+    fn_constructor_kwargs={"policy": policy}, batch_format="pyarrow",
+    compute=ray.data.ActorPoolStrategy(size=N))``.
 
     ``make_counter`` and ``make_handlers`` are called once, when Ray builds the callable on a
     worker (a tokenizer loads once per worker, not once per batch).
@@ -69,6 +70,7 @@ def reduce_dataset(ds: Any, policy: Any, *, column: str = "messages",
     CPU: on a two-CPU machine, two one-CPU actors would starve them). Further keywords go to
     ``map_batches``."""
     import ray
+
     kwargs: dict[str, Any] = {
         "fn_constructor_kwargs": {"policy": policy, "column": column,
                                   "make_counter": make_counter, "make_handlers": make_handlers,
