@@ -14,7 +14,7 @@ from cpython.long cimport PyLong_CheckExact
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_FromObject
-from libc.stdint cimport int8_t, int32_t, int64_t, uint8_t
+from libc.stdint cimport INT64_MAX, int8_t, int32_t, int64_t, uint8_t
 from libc.stdlib cimport free, malloc
 from libc.string cimport memcpy, memset
 
@@ -1531,6 +1531,13 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     for i in range(m):
         if chars[i] < 0:
             raise ValueError("chars must be >= 0")
+    cdef int64_t row_total
+    for r in range(n):
+        row_total = 0
+        for i in range(off[r], off[r + 1]):
+            if chars[i] > INT64_MAX - row_total:
+                raise ValueError(f"the chars of row {r} add up to more than 64 bits hold")
+            row_total += chars[i]
     cdef Py_ssize_t nsteps = len(steps)
     cdef int64_t* spec = <int64_t*>malloc(sizeof(int64_t) * (3 * nsteps + 1))
     if spec == NULL:
@@ -1564,10 +1571,12 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     cdef Py_ssize_t cap = result_codes.shape[0] + call_codes.shape[0]
     warn = [np.empty(cap, dtype=np.int64) for _ in range(5)]
     cdef int64_t[::1] w0 = warn[0], w1 = warn[1], w2 = warn[2], w3 = warn[3], w4 = warn[4]
-    state = np.zeros(3 * used + 1, dtype=np.int64)
+    # One entry per code in use, in three arrays (a size computed in Python: never a wrap).
+    states = [np.zeros(<object>used + 1, dtype=np.int64) for _ in range(3)]
     scratch = np.zeros(2 * longest + 1, dtype=np.int64)
     orphans = np.zeros(result_codes.shape[0] + 1, dtype=np.int64)
-    cdef int64_t[::1] st = state, sc = scratch, orph = orphans
+    cdef int64_t[::1] st0 = states[0], st1 = states[1], st2 = states[2]
+    cdef int64_t[::1] sc = scratch, orph = orphans
     cdef _Rows s
     cdef int64_t dummy = 0
     s.roles = &roles[0] if m else NULL
@@ -1577,9 +1586,9 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     s.call_codes = &call_codes[0] if call_codes.shape[0] else NULL
     s.res_off = &roff[0]
     s.result_codes = &result_codes[0] if result_codes.shape[0] else NULL
-    s.called = &st[0]
-    s.pend_stamp = &st[used]
-    s.pend_at = &st[2 * used]
+    s.called = &st0[0]
+    s.pend_stamp = &st1[0]
+    s.pend_at = &st2[0]
     s.orphan = &orph[0]
     s.starts = &sc[0]
     s.gchars = &sc[longest + 1]

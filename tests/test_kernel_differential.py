@@ -323,3 +323,36 @@ def test_reduce_rows_rejects_what_it_cannot_read(differential):
         differential("reduce_rows", *ok[:6], np.array([0, 1, 1]), np.array([3]), 1, *ok[9:])
     # A dictionary said to be vast costs nothing: the state covers the codes in use.
     assert differential("reduce_rows", *ok[:8], 1 << 62, *ok[9:])[1].tolist() == [2]
+
+
+def test_reduce_rows_never_trusts_sizes(differential):
+    # Codes near the top of int64 (a state array of 3 x code entries would wrap to a few
+    # bytes): the compiled kernel allocates what the codes need or fails to, never wraps.
+    code = 6148914691236517206
+    args = (np.array([0, 2, 4]), np.array([3, 4, 3, 4], dtype=np.int8),
+            np.array([1, 4, 1, 2], dtype=np.uint8), np.array([10, 20, 30, 40]),
+            np.array([0, 0, 1, 1, 1]), np.array([code]), np.array([0, 0, 0, 0, 1]),
+            np.array([code]), 2**63 - 1, ((0, 0, 30),), 50, 40)
+    from contextpolicy import _kernel_c
+
+    with pytest.raises((MemoryError, ValueError)):
+        _kernel_c.reduce_rows(*args)
+    # Chars that add up past 64 bits: an error on both, not a wrapped total.
+    with pytest.raises(ValueError, match="64 bits"):
+        differential("reduce_rows", np.array([0, 4]), np.zeros(4, dtype=np.int8),
+                     np.zeros(4, dtype=np.uint8), np.array([2**62] * 4), np.zeros(5, np.int64),
+                     np.array([], dtype=np.int64), np.zeros(5, np.int64),
+                     np.array([], dtype=np.int64), 0, (), 1, 1)
+    # The same conversions on both: a float skip flag, unsigned chars, steps as a list.
+    base = (np.array([0, 1, 2]), np.array([3, 3], dtype=np.int8),
+            np.array([1, 1], dtype=np.uint8), np.array([5, 5]), np.zeros(3, np.int64),
+            np.array([], dtype=np.int64), np.zeros(3, np.int64), np.array([], dtype=np.int64),
+            0, ((0, 0, 0),), 1, 1)
+    assert differential("reduce_rows", *base, np.array([0.5, 0]))[3].tolist() == [5, 5]
+    with pytest.raises(ValueError):
+        differential("reduce_rows", *base[:3], np.array([2**64 - 1, 0], dtype=np.uint64),
+                     *base[4:])
+    with pytest.raises(TypeError):
+        differential("reduce_rows", *base[:9], [(0, 0, 0)], 1, 1)
+    with pytest.raises(OverflowError):
+        differential("reduce_rows", *base[:9], ((0, 0, 2**63),), 1, 1)

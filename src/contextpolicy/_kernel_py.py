@@ -855,14 +855,21 @@ def reduce_rows(
     2 question; the index within its fragment; code :data:`ORPHAN_CODE` or
     :data:`UNANSWERED_CODE`).
     """
+    if type(steps) is not tuple:
+        raise TypeError(f"Argument 'steps' has incorrect type (expected tuple, got "
+                        f"{type(steps).__name__})")
+    for value in (ncodes, trigger_chars, watermark_chars):
+        if not -(2**63) <= value < 2**63:
+            raise OverflowError("Python int too large to convert to C long")
+    # The compiled kernel's conversions, value for value.
     off = np.asarray(list_offsets)
-    roles = np.asarray(roles)
-    flags = np.asarray(flags)
-    chars = np.asarray(chars)
+    roles = np.ascontiguousarray(roles, dtype=np.int8)
+    flags = np.ascontiguousarray(flags, dtype=np.uint8)
+    chars = np.ascontiguousarray(chars, dtype=np.int64)
     call_offsets = np.asarray(call_offsets)
-    call_codes = np.asarray(call_codes)
+    call_codes = np.ascontiguousarray(call_codes, dtype=np.int64)
     result_offsets = np.asarray(result_offsets)
-    result_codes = np.asarray(result_codes)
+    result_codes = np.ascontiguousarray(result_codes, dtype=np.int64)
     m = len(flags)
     _check_offsets(off, m, "reduce_rows")
     if len(roles) != m or len(chars) != m:
@@ -880,14 +887,21 @@ def reduce_rows(
         raise ValueError(f"result_codes must lie in -1..{ncodes - 1}")
     if len(chars) and int(chars.min()) < 0:
         raise ValueError("chars must be >= 0")
+    for r in range(len(off) - 1):
+        if sum(chars[int(off[r]):int(off[r + 1])].tolist()) > 2**63 - 1:
+            raise ValueError(f"the chars of row {r} add up to more than 64 bits hold")
     for grouping, keep, target in steps:
         if grouping not in (GROUP_USER_TURN, GROUP_MESSAGE):
             raise ValueError(f"unknown grouping code {grouping}")
         if keep < 0 or target < 0:
             raise ValueError("keep_groups and target_chars must be >= 0")
+        if keep >= 2**63 or target >= 2**63:
+            raise OverflowError("Python int too large to convert to C long")
     n = len(off) - 1
-    if skip is not None and len(skip) != n:
-        raise ValueError(f"skip: expected {n} entries, got {len(skip)}")
+    if skip is not None:
+        skip = np.ascontiguousarray(skip, dtype=np.uint8)
+        if len(skip) != n:
+            raise ValueError(f"skip: expected {n} entries, got {len(skip)}")
     out = [np.zeros(n, dtype=np.int64) for _ in range(6)]
     fired_out = np.zeros(n, dtype=np.uint8)
     warn: list[tuple[int, int, int, int, int]] = []
