@@ -325,18 +325,22 @@ def test_reduce_rows_rejects_what_it_cannot_read(differential):
     assert differential("reduce_rows", *ok[:8], 1 << 62, *ok[9:])[1].tolist() == [2]
 
 
-def test_reduce_rows_never_trusts_sizes(differential):
+@pytest.mark.c_extension
+def test_compiled_reduce_rows_never_wraps_a_size():
     # Codes near the top of int64 (a state array of 3 x code entries would wrap to a few
     # bytes): the compiled kernel allocates what the codes need or fails to, never wraps.
+    from contextpolicy import _kernel_c
+
     code = 6148914691236517206
     args = (np.array([0, 2, 4]), np.array([3, 4, 3, 4], dtype=np.int8),
             np.array([1, 4, 1, 2], dtype=np.uint8), np.array([10, 20, 30, 40]),
             np.array([0, 0, 1, 1, 1]), np.array([code]), np.array([0, 0, 0, 0, 1]),
             np.array([code]), 2**63 - 1, ((0, 0, 30),), 50, 40)
-    from contextpolicy import _kernel_c
-
     with pytest.raises((MemoryError, ValueError)):
         _kernel_c.reduce_rows(*args)
+
+
+def test_reduce_rows_never_trusts_sizes(differential):
     # Chars that add up past 64 bits: an error on both, not a wrapped total.
     with pytest.raises(ValueError, match="64 bits"):
         differential("reduce_rows", np.array([0, 4]), np.zeros(4, dtype=np.int8),
