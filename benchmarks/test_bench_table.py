@@ -17,7 +17,7 @@ import pytest
 
 from contextpolicy import ContextPlan, process_context, synthetic
 from contextpolicy.batch import reduce_table
-from contextpolicy.plan import Fragment
+from contextpolicy.plan import with_empty_history
 
 from .conftest import cached, measuring
 
@@ -137,10 +137,7 @@ def _per_row(table, policy) -> list[Any]:
     for row in table.column("messages").to_pylist():
         plan = ContextPlan.from_messages(row)
         if not any(f.id == "history" for f in plan.fragments):
-            fragments = list(plan.fragments)
-            fragments.insert(1 if fragments and fragments[0].id == "system" else 0,
-                             Fragment(id="history", kind="history", messages=[]))
-            plan = ContextPlan(fragments=fragments)
+            plan = with_empty_history(plan)
         results.append(process_context(plan, policy).input)
     return results
 

@@ -294,6 +294,15 @@ def _plan_issue(error: Mapping[str, Any], data: Any) -> Issue:
     return Issue(".".join(parts), message, code)
 
 
+def with_empty_history(plan: ContextPlan) -> ContextPlan:
+    """``plan`` with an empty ``history`` fragment after its ``system`` one (or first): what a
+    transcript without a history is reduced as when a policy names the history."""
+    fragments = list(plan.fragments)
+    at = 1 if fragments and fragments[0].id == "system" else 0
+    fragments.insert(at, Fragment(id="history", kind="history", messages=[]))
+    return ContextPlan(fragments=fragments)
+
+
 def as_plan(plan: ContextPlan | Mapping[str, Any]) -> ContextPlan:
     """A :class:`ContextPlan` from a plan or its JSON-shaped dict; never mutates the input."""
     if isinstance(plan, ContextPlan):

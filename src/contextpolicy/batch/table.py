@@ -33,7 +33,7 @@ from .._tables import (
 )
 from ..core import process_context
 from ..errors import ContextPlanError, ContextPolicyError, Issue
-from ..plan import ContextPlan, Fragment
+from ..plan import ContextPlan, with_empty_history
 from ..policy import ReducePolicy
 from ..prepared import PreparedPolicy, prepare_policy
 
@@ -212,6 +212,30 @@ def _sums(values: Any, offs: Any) -> Any:
     return csum[offs[1:]] - csum[offs[:-1]]
 
 
+# Part kinds by index: the text types, then tool_result, then tool_use.
+_PART_KINDS = (*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART)
+
+
+def _part_kinds(ptype: Any) -> Any:
+    """Each part's kind, its index in ``_PART_KINDS`` (-1 for any other type or none)."""
+    import pyarrow.compute as pc
+
+    kinds = pc.index_in(_strings(ptype), value_set=_pa().array(list(_PART_KINDS)))
+    return _ints(kinds.fill_null(-1))
+
+
+def _text_chars(parts: Any, is_text: Any, unreadable: Any) -> Any:
+    """Chars of the text parts (0 for the others); a text part without text is marked in
+    ``unreadable`` (the object path says what it holds)."""
+    text = _field(parts, "text")
+    if text is None or not _text_type(text.type):
+        unreadable |= is_text
+        return np.zeros(len(parts), dtype=np.int64)
+    if text.null_count:
+        unreadable |= is_text & _nulls(text)
+    return np.where(is_text, _lengths(text), 0)
+
+
 class _Ids:
     """Tool call ids (or the ids results answer) as they are found: the message of each, its
     place in the message's order, and the id strings."""
@@ -333,7 +357,6 @@ class _Measured:
         """Chars of each content part: text parts, ``tool_result`` blocks (their content),
         ``tool_use`` blocks (name and the compact JSON of the input); the ids of the blocks;
         other parts are opaque. Marks messages only objects can measure."""
-        import pyarrow.compute as pc
 
         pa = _pa()
         k = len(parts)
@@ -345,25 +368,17 @@ class _Measured:
         if not _text_type(ptype.type):
             bad |= _rows_of(~_nulls(ptype), offs)
             return counted
-        kinds = pc.index_in(_strings(ptype), value_set=pa.array(
-            [*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART]))
-        code = _ints(kinds.fill_null(-1))
+        code = _part_kinds(ptype)
         part_message = np.repeat(np.arange(len(offs) - 1, dtype=np.int64), np.diff(offs))
         is_text = (code >= 0) & (code < len(TEXT_PART_TYPES))
         if is_text.any():
-            text = _field(parts, "text")
-            if text is None or not _text_type(text.type):
-                unreadable |= is_text  # the object path says what the text is
-            else:
-                if text.null_count:
-                    unreadable |= is_text & _nulls(text)
-                counted = np.where(is_text, _lengths(text), 0)
+            counted = _text_chars(parts, is_text, unreadable)
         is_result = code == len(TEXT_PART_TYPES)
         if is_result.any():
             at = np.flatnonzero(is_result)
             counted[at] += self._result_chars(_field(parts, "content"), at, unreadable)
             flags[part_message[at]] |= FLAG_TOOL_RESULT
-            results.add(part_message[at], at, self._ids(parts, "tool_use_id", at, unreadable))
+            results.add(part_message[at], at, self._ids(parts, "tool_use_id", at))
         is_use = code == len(TEXT_PART_TYPES) + 1
         if is_use.any():
             at = np.flatnonzero(is_use)
@@ -382,18 +397,16 @@ class _Measured:
                 except (TypeError, ValueError, RecursionError):
                     unreadable[at] = True
             flags[part_message[at]] |= FLAG_TOOL_CALLS
-            calls.add(part_message[at], at, self._ids(parts, "id", at, unreadable))
+            calls.add(part_message[at], at, self._ids(parts, "id", at))
         if unreadable.any():
             bad |= _rows_of(unreadable, offs)
         return counted
 
     @staticmethod
-    def _ids(parts: Any, key: str, at: Any, unreadable: Any) -> Any:
+    def _ids(parts: Any, key: str, at: Any) -> Any:
         pa = _pa()
         ids = _field(parts, key)
-        if ids is None or pa.types.is_null(ids.type):
-            return pa.nulls(len(at), type=pa.large_string())
-        if not _text_type(ids.type):  # not text: the object path reads no id (nor do we)
+        if ids is None or not _text_type(ids.type):  # no text: the object path reads no id
             return pa.nulls(len(at), type=pa.large_string())
         return _strings(ids).take(pa.array(at))
 
@@ -401,7 +414,6 @@ class _Measured:
     def _result_chars(content: Any, at: Any, unreadable: Any) -> Any:
         """Chars of the content of the ``tool_result`` blocks at ``at``: a string, a list of
         strings or of text parts; anything else is read by the object path."""
-        import pyarrow.compute as pc
 
         pa = _pa()
         if content is None or pa.types.is_null(content.type):
@@ -424,20 +436,13 @@ class _Measured:
             counted = np.zeros(len(inner), dtype=np.int64)
             ptype = _field(inner, "type")
             if ptype is not None and _text_type(ptype.type):
-                kinds = _ints(pc.index_in(_strings(ptype), value_set=pa.array(
-                    [*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART])).fill_null(-1))
+                kinds = _part_kinds(ptype)
                 is_text = (kinds >= 0) & (kinds < len(TEXT_PART_TYPES))
                 deeper = kinds >= len(TEXT_PART_TYPES)  # nested blocks: the object path
                 if inner.null_count:
                     deeper |= _nulls(inner)
-                text = _field(inner, "text")
                 if is_text.any():
-                    if text is None or not _text_type(text.type):
-                        deeper |= is_text
-                    else:
-                        if text.null_count:
-                            deeper |= is_text & _nulls(text)
-                        counted = np.where(is_text, _lengths(text), 0)
+                    counted = _text_chars(inner, is_text, deeper)
                 unreadable[at] |= _rows_of(deeper, offs)[at]
             elif ptype is not None and not pa.types.is_null(ptype.type):
                 unreadable[at] |= _rows_of(~_nulls(ptype), offs)[at]
@@ -586,20 +591,16 @@ def _object_row(run: _Run, messages: Any, column: str, row: int) -> _ObjectRow:
             return _fused_row(run, messages)
         plan = ContextPlan.from_messages(messages)
         if run.needs_history and not any(f.id == "history" for f in plan.fragments):
-            fragments = list(plan.fragments)
-            at = 1 if fragments and fragments[0].id == "system" else 0
-            fragments.insert(at, Fragment(id="history", kind="history", messages=[]))
-            plan = ContextPlan(fragments=fragments)
+            plan = with_empty_history(plan)
         result = process_context(plan, run.prepared, implementations=run.implementations)
     except ContextPlanError as exc:
         raise _row_error(exc, column, row) from None
     report = result.report
-    removed = sum(s.messages_removed for s in report.steps if s.status == "applied")
     groups = sum((s.groups_before or 0) - (s.groups_after or 0)
                  for s in report.steps if s.status == "applied" and s.kind == "trim")
     figures = (report.before.chars, report.after.chars, report.before.messages,
                report.after.messages, groups, report.triggered, report.target_reached,
-               report.before.tokens, report.after.tokens, removed)
+               report.before.tokens, report.after.tokens)
     warnings = [(w.code, w.fragment_id, w.index, w.tool_call_id) for w in report.warnings]
     return _ObjectRow(_kept(messages, result.input), figures, warnings)
 
@@ -611,7 +612,7 @@ def _fused_row(run: _Run, messages: list[Any]) -> _ObjectRow:
                                     run.needs_history)
     totals = raw[8]
     figures = (totals[0], totals[3], totals[1], totals[4], totals[7], raw[0],
-               bool(totals[8]) if run.reduces else None, None, None, totals[6])
+               bool(totals[8]) if run.reduces else None, None, None)
     ids = raw[7]
     warnings = [(code, ids[f], index, cid) for f, index, code, cid in raw[5]]
     return _ObjectRow(_kept(messages, raw[6]), figures, warnings)
@@ -639,18 +640,39 @@ def _ranges(starts: Any, lengths: Any) -> Any:
     return np.arange(total, dtype=np.int64) + shift
 
 
-def _storage_type(t: Any) -> Any:
-    """``t`` with every extension type (Arrow's JSON type, say) replaced by its storage."""
+def _map_type(t: Any, leaf: Callable[[Any], Any]) -> Any:
+    """``t`` with ``leaf`` applied to every type it holds (through structs and lists)."""
     pa = _pa()
-    if isinstance(t, pa.BaseExtensionType):
-        return _storage_type(t.storage_type)
+    t = leaf(t)
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_storage_type(f.type)) for f in t])
+        return pa.struct([f.with_type(_map_type(f.type, leaf)) for f in t])
     if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_storage_type(t.value_type)))
+        return pa.list_(t.value_field.with_type(_map_type(t.value_type, leaf)))
     if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_storage_type(t.value_type)))
+        return pa.large_list(t.value_field.with_type(_map_type(t.value_type, leaf)))
     return t
+
+
+def _storage(t: Any) -> Any:
+    """An extension type (Arrow's JSON type, say) as its storage type."""
+    while isinstance(t, _pa().BaseExtensionType):
+        t = t.storage_type
+    return t
+
+
+def _plain(t: Any) -> Any:
+    """A view type as the large type ``take`` supports."""
+    pa = _pa()
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    return t
+
+
+def _storage_type(t: Any) -> Any:
+    """``t`` with every extension type replaced by its storage."""
+    return _map_type(t, _storage)
 
 
 def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: set[str],
@@ -667,7 +689,9 @@ def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: s
                 path=column, code="schema-mismatch",
             )
         if json_fields:
-            message = {k: (orjson.dumps(v).decode() if k in json_fields and v is not None else v)
+            from ..jsonl.files import dumps  # orjson's bytes, deep nesting too
+
+            message = {k: (dumps(v).decode() if k in json_fields and v is not None else v)
                        for k, v in message.items()}
         rows.append(message)
     storage = _storage_type(struct_type)
@@ -681,28 +705,12 @@ def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: s
     return built.cast(struct_type) if storage != struct_type else built
 
 
-def _viewless(t: Any) -> Any:
-    """``t`` with every ``string_view`` as ``large_string`` (which ``take`` supports)."""
-    pa = _pa()
-    if pa.types.is_string_view(t):
-        return pa.large_string()
-    if pa.types.is_binary_view(t):
-        return pa.large_binary()
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_viewless(f.type)) for f in t])
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_viewless(t.value_type)))
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_viewless(t.value_type)))
-    return t
-
-
 def _take(values: Any, indices: Any) -> Any:
     pa = _pa()
     try:
         return values.take(indices)
     except pa.ArrowNotImplementedError:
-        plain = _viewless(values.type)
+        plain = _map_type(values.type, _plain)
         if plain == values.type:
             raise
         return values.cast(plain).take(indices).cast(values.type)
@@ -720,7 +728,6 @@ class _Chunk:
                 code="invalid-messages",
             )
         n = len(arr)
-        self.n = n
         json_fields = _json_fields(t.value_type)
         measured = _Measured(arr, column) if run.steps is not None else None
         if measured is None:
@@ -959,7 +966,7 @@ def reduce_table(
     else:
         done = [one(p) for p in pieces] if chunks else []
     chunks = [arr for _, arr in pieces]
-    figures = _figures(done, run, len(table))
+    figures = _figures(done, run)
     if is_batch:
         arrays = list(table.columns)
         arrays[where] = done[0].messages if done else data
@@ -997,26 +1004,24 @@ def figures_schema(counted: bool) -> pa.Schema:
     return pa.schema(fields)
 
 
-def _figures(done: list[_Chunk], run: _Run, n: int) -> Any:
+def _figures(done: list[_Chunk], run: _Run) -> Any:
     pa = _pa()
     schema = figures_schema(run.counted)
 
-    def cat(get: Callable[[_Chunk], Any]) -> Any:
-        parts = [get(c) for c in done]
-        return np.concatenate(parts) if parts else np.zeros(0)
+    def cat(parts: list[Any], dtype: Any) -> Any:
+        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
 
     columns: dict[str, Any] = {}
     for name in FIGURE_COLUMNS[:5]:
-        columns[name] = pa.array(np.concatenate([c.figs[name] for c in done]).astype(np.int64)
-                                 if done else np.zeros(0, dtype=np.int64))
-    columns["triggered"] = pa.array(cat(lambda c: c.triggered).astype(bool))
+        columns[name] = pa.array(cat([c.figs[name] for c in done], np.int64))
+    columns["triggered"] = pa.array(cat([c.triggered for c in done], bool))
     columns["target_reached"] = pa.concat_arrays([c.reached for c in done]) if done else \
         pa.array([], type=pa.bool_())
     columns["warnings"] = pa.concat_arrays([c.warnings for c in done]) if done else \
         pa.array([], type=warning_type())
     paths = pa.array([FAST, OBJECT], type=pa.string())
-    columns["path"] = paths.take(pa.array(cat(lambda c: c.path).astype(np.int8)))
+    columns["path"] = paths.take(pa.array(cat([c.path for c in done], np.int8)))
     if run.counted:
-        columns["tokens_before"] = pa.array(cat(lambda c: c.tokens[0]).astype(np.int64))
-        columns["tokens_after"] = pa.array(cat(lambda c: c.tokens[1]).astype(np.int64))
+        columns["tokens_before"] = pa.array(cat([c.tokens[0] for c in done], np.int64))
+        columns["tokens_after"] = pa.array(cat([c.tokens[1] for c in done], np.int64))
     return pa.Table.from_pydict(columns, schema=schema)

@@ -278,17 +278,24 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
             results.close()
             if progress:
                 progress.stop()
-        summary.bytes_in = source.position
-        summary.seconds = time.perf_counter() - started
-        data = summary.to_json_dict()
-        report.finish(data)
-        out.flush()
-        # Both outputs are put in place together: a signal now waits until they are.
-        with args.signals.deferred():
-            out.commit()
-            report.commit()
+        data = _finish(args, summary, source.position, started, out, report)
     _said(args, console, data, source.name)
     return 1 if summary.audit_violations else 0
+
+
+def _finish(args: argparse.Namespace, summary: Any, bytes_in: int, started: float, out: Any,
+            report: Any) -> dict[str, Any]:
+    """The run's summary, the end of the report, and both outputs put in place together (a
+    signal now waits until they are)."""
+    summary.bytes_in = bytes_in
+    summary.seconds = time.perf_counter() - started
+    data: dict[str, Any] = summary.to_json_dict()
+    report.finish(data)
+    out.flush()
+    with args.signals.deferred():
+        out.commit()
+        report.commit()
+    return data
 
 
 def _said(args: argparse.Namespace, console: Any, data: dict[str, Any], name: str) -> None:

@@ -10,14 +10,15 @@ from __future__ import annotations
 import os
 import tempfile
 import time
-from collections import Counter
+from dataclasses import dataclass
 from typing import Any, BinaryIO
 
 import numpy as np
 import orjson
 
+from ..jsonl.runner import Summary
 from .common import CliError
-from .main import _ReportFile
+from .main import _finish, _ReportFile
 
 __all__ = ["ParquetFromLines", "is_parquet", "reduce_parquet"]
 
@@ -51,14 +52,10 @@ def _pyarrow() -> tuple[Any, Any]:
     return pa, pq
 
 
-def _json_fields(struct_type: Any) -> list[str]:
-    from ..batch.table import _json_fields
-
-    return sorted(_json_fields(struct_type))
-
-
 def _plain_rows(batch: Any, column: str) -> list[dict[str, Any]]:
     """A batch's rows as JSON-ready objects: JSON-typed message fields parsed again."""
+    from ..batch.table import _json_fields, _parse_json_fields
+
     pa, _ = _pyarrow()
     rows: list[dict[str, Any]] = batch.to_pylist()
     t = batch.schema.field(column).type if column in batch.schema.names else None
@@ -66,15 +63,10 @@ def _plain_rows(batch: Any, column: str) -> list[dict[str, Any]]:
         pa.types.is_struct(t.value_type)
     ):
         return rows
-    from ..batch.table import _json
-
     fields = _json_fields(t.value_type)
     if fields:
         for r, row in enumerate(rows):
-            for i, message in enumerate(row.get(column) or ()):
-                for key in fields:
-                    if isinstance(message, dict) and isinstance(message.get(key), str):
-                        message[key] = _json(message[key], f"{column}[{r}][{i}].{key}")
+            _parse_json_fields(row.get(column), r, column, fields)
     return rows
 
 
@@ -102,53 +94,41 @@ class _Rows:
             self.progress.stop()
 
 
-class TableSummary:
-    """The run's totals, added up from the figures of each batch."""
+@dataclass
+class TableSummary(Summary):
+    """The line runner's totals, added up from the figures of each batch, and the rows each
+    path took."""
 
-    def __init__(self) -> None:
-        self.data: dict[str, Any] = dict.fromkeys(
-            ("conversations", "skipped", "triggered", "targetReached", "auditViolations",
-             "charsBefore", "charsAfter", "messagesBefore", "messagesAfter", "messagesRemoved",
-             "groupsRemoved", "columnarRows", "objectRows"), 0)
-        self.warnings: Counter[str] = Counter()
-        self.skipped_rows: list[dict[str, Any]] = []
+    columnar_rows: int = 0
+    object_rows: int = 0
 
-    def add(self, figures: Any) -> None:
-        d = self.data
-        col = figures.column
-
-        def total(name: str) -> int:
-            import pyarrow.compute as pc
-
-            return int(pc.sum(col(name)).as_py() or 0)
-
-        d["conversations"] += figures.num_rows
-        d["triggered"] += total("triggered")
-        d["targetReached"] += total("target_reached")
-        for key, name in (("charsBefore", "chars_before"), ("charsAfter", "chars_after"),
-                          ("messagesBefore", "messages_before"),
-                          ("messagesAfter", "messages_after"),
-                          ("groupsRemoved", "groups_removed")):
-            d[key] += total(name)
-        d["messagesRemoved"] = d["messagesBefore"] - d["messagesAfter"]
+    def add_figures(self, figures: Any) -> None:
         import pyarrow.compute as pc
 
-        objects = pc.sum(pc.equal(col("path"), "object")).as_py() or 0
-        d["objectRows"] += objects
-        d["columnarRows"] += figures.num_rows - objects
+        def total(name: str) -> int:
+            return int(pc.sum(figures.column(name)).as_py() or 0)
 
-        codes = pc.list_flatten(col("warnings"))
-        if len(codes):
-            for item in pc.value_counts(pc.struct_field(codes, "code")).to_pylist():
+        self.conversations += figures.num_rows
+        self.triggered += total("triggered")
+        self.target_reached += total("target_reached")
+        self.chars_before += total("chars_before")
+        self.chars_after += total("chars_after")
+        before, after = total("messages_before"), total("messages_after")
+        self.messages_before += before
+        self.messages_after += after
+        self.messages_removed += before - after
+        self.groups_removed += total("groups_removed")
+        objects = int(pc.sum(pc.equal(figures.column("path"), "object")).as_py() or 0)
+        self.object_rows += objects
+        self.columnar_rows += figures.num_rows - objects
+        warnings = pc.list_flatten(figures.column("warnings"))
+        if len(warnings):
+            for item in pc.value_counts(pc.struct_field(warnings, "code")).to_pylist():
                 self.warnings[item["values"]] += item["counts"]
 
-    def json(self, bytes_in: int, seconds: float) -> dict[str, Any]:
-        seconds_ = max(seconds, 1e-9)
-        return {**self.data, "warnings": dict(sorted(self.warnings.items())),
-                "bytesIn": bytes_in, "seconds": round(seconds, 6),
-                "megabytesPerSecond": round(bytes_in / seconds_ / 1e6, 3),
-                "conversationsPerSecond": round(self.data["conversations"] / seconds_, 3),
-                "skippedLines": self.skipped_rows}
+    def to_json_dict(self) -> dict[str, Any]:
+        return {**super().to_json_dict(), "columnarRows": self.columnar_rows,
+                "objectRows": self.object_rows}
 
 
 class _Report(_ReportFile):
@@ -218,8 +198,8 @@ def _reduce_batch(batch: Any, policy: Any, column: str, on_error: str, start: in
             done = reduce_table(batch.slice(k, 1), policy, column=column)
         except ContextPlanError as exc:
             console.print(f"contextpolicy: skipped {name}: row {start + k}: {exc}", markup=False)
-            summary.data["skipped"] += 1
-            summary.skipped_rows.append({"row": start + k, "error": str(exc)})
+            summary.skipped += 1
+            summary.skipped_lines.append({"row": start + k, "error": str(exc)})
             continue
         tables.append(done.table)
         figures.append(done.figures)
@@ -280,7 +260,7 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
             for batch in source.iter_batches(batch_size=max(size, 1), use_threads=False):
                 done = _reduce_batch(batch, prepared, column, args.on_error, start, summary,
                                      console, input_path)
-                summary.add(done.figures)
+                summary.add_figures(done.figures)
                 if writer is not None:
                     writer.write_batch(done.table)
                 else:
@@ -298,12 +278,7 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
             rows.stop()
         if writer is not None:
             writer.close()
-        data = summary.json(bytes_in, time.perf_counter() - started)
-        report.finish(data)
-        out.flush()
-        with args.signals.deferred():
-            out.commit()
-            report.commit()
+        data = _finish(args, summary, bytes_in, started, out, report)
     return data, input_path
 
 

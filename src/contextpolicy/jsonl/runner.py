@@ -32,7 +32,7 @@ import orjson
 from .. import _kernel
 from ..core import fused_report_json, process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
-from ..plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan
+from ..plan import PROTECTED_KINDS, ContextPlan, as_plan, with_empty_history
 from ..policy import ReducePolicy, validate_context_policy
 from ..prepared import PreparedPolicy
 from ..report import ContextReport
@@ -184,13 +184,6 @@ def _fused_figures(raw: tuple[Any, ...], target_reached: bool) -> Figures:
     totals = raw[8]
     return (raw[0], target_reached, totals[0], totals[3], totals[1], totals[4], totals[6],
             totals[7], [w[2] for w in raw[5]] if raw[5] else [])
-
-
-def _with_empty_history(plan: ContextPlan) -> ContextPlan:
-    fragments = list(plan.fragments)
-    at = 1 if fragments and fragments[0].id == "system" else 0
-    fragments.insert(at, Fragment(id="history", kind="history", messages=[]))
-    return ContextPlan(fragments=fragments)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -345,7 +338,7 @@ class _Worker:
                 return self._fused(number, doc, messages, self.fused)
             plan = ContextPlan.from_messages(messages)
             if self.needs_history and not any(f.id == "history" for f in plan.fragments):
-                plan = _with_empty_history(plan)
+                plan = with_empty_history(plan)
             transcript = True
         else:
             keys = ", ".join(sorted(map(str, doc))) or "none"
