@@ -45,16 +45,24 @@ cdef extern from "Python.h":
 cdef extern from "_tables.h":
     int CP_ROLE_SYSTEM, CP_ROLE_DEVELOPER, CP_ROLE_USER, CP_ROLE_ASSISTANT, CP_ROLE_TOOL
     int CP_ROLE_FUNCTION, CP_ROLE_COUNT
-    int CP_FLAG_OPENS_TURN, CP_FLAG_TOOL_RESULT, CP_FLAG_TOOL_CALLS, CP_FLAG_COUNT
-    int CP_PART_OTHER, CP_PART_TEXT, CP_PART_TOOL_RESULT, CP_PART_TOOL_USE, CP_PART_COUNT
+    int CP_FLAG_OPENS_TURN, CP_FLAG_TOOL_RESULT, CP_FLAG_TOOL_CALLS, CP_FLAG_GLUES_NEXT
+    int CP_FLAG_COUNT
+    int CP_PART_OTHER, CP_PART_TEXT, CP_PART_TOOL_RESULT, CP_PART_TOOL_USE, CP_PART_THINKING
+    int CP_PART_COUNT
+    int CP_ITEM_MESSAGE, CP_ITEM_CALL, CP_ITEM_OUTPUT, CP_ITEM_REASONING, CP_ITEM_UNKNOWN
+    int CP_ITEM_COUNT
     int CP_GROUP_USER_TURN, CP_GROUP_MESSAGE, CP_GROUP_COUNT
     int CP_KEY_OTHER, CP_KEY_ROLE, CP_KEY_CONTENT, CP_KEY_TOOL_CALLS, CP_KEY_TYPE, CP_KEY_TEXT
     int CP_KEY_NAME, CP_KEY_INPUT, CP_KEY_FUNCTION, CP_KEY_ARGUMENTS, CP_KEY_ID
-    int CP_KEY_TOOL_CALL_ID, CP_KEY_TOOL_USE_ID, CP_MAX_NESTING
+    int CP_KEY_TOOL_CALL_ID, CP_KEY_TOOL_USE_ID, CP_KEY_CALL_ID, CP_KEY_OUTPUT, CP_KEY_SUMMARY
+    int CP_KEY_THINKING, CP_KEY_ENCRYPTED_CONTENT, CP_MAX_NESTING
     enum: CP_KEY_COUNT
     int cp_role_code(const char* s, Py_ssize_t n) nogil
     int cp_part_code(const char* s, Py_ssize_t n) nogil
     int cp_key_code(const char* s, Py_ssize_t n) nogil
+    int cp_item_code(const char* s, Py_ssize_t n) nogil
+    const char* const cp_item_names[]
+    const int cp_item_codes[]
     const char* const cp_role_names[]
     const char* const cp_part_names[]
     const int cp_part_codes[]
@@ -77,6 +85,7 @@ GROUP_MESSAGE = CP_GROUP_MESSAGE
 cdef uint8_t F_OPENS = CP_FLAG_OPENS_TURN
 cdef uint8_t F_RESULT = CP_FLAG_TOOL_RESULT
 cdef uint8_t F_CALLS = CP_FLAG_TOOL_CALLS
+cdef uint8_t F_GLUE = CP_FLAG_GLUES_NEXT
 cdef int8_t R_USER = CP_ROLE_USER
 cdef int8_t R_TOOL = CP_ROLE_TOOL
 cdef int8_t R_FUNCTION = CP_ROLE_FUNCTION
@@ -89,6 +98,7 @@ def _built_tables():
         "roles": {cp_role_names[i].decode(): i for i in range(1, CP_ROLE_COUNT)},
         "flags": {cp_flag_names[i].decode(): cp_flag_bits[i] for i in range(CP_FLAG_COUNT)},
         "parts": {cp_part_names[i].decode(): cp_part_codes[i] for i in range(CP_PART_COUNT)},
+        "items": {cp_item_names[i].decode(): cp_item_codes[i] for i in range(CP_ITEM_COUNT)},
         "groups": {cp_group_names[i].decode(): cp_group_codes[i] for i in range(CP_GROUP_COUNT)},
         "keys": [cp_key_names[i].decode() for i in range(CP_KEY_COUNT - 1)],
         "max_nesting": CP_MAX_NESTING,
@@ -149,6 +159,33 @@ cdef inline int _part_type(object ptype):
     if ptype is None or not PyUnicode_Check(ptype) or PyUnicode_KIND(ptype) != PyUnicode_1BYTE_KIND:
         return CP_PART_OTHER
     return cp_part_code(<const char*>PyUnicode_DATA(ptype), PyUnicode_GET_LENGTH(ptype))
+
+
+cdef inline bint _opens(const uint8_t* flags, Py_ssize_t i, Py_ssize_t start, uint8_t mask,
+                        bint invert) noexcept nogil:
+    # Whether message i starts a group of messages start..: the first does; after that, one
+    # whose flags say so (mask set, or clear when invert), unless a reasoning item precedes it.
+    if i == start:
+        return True
+    return (((flags[i] & mask) != 0) != invert) and not (flags[i - 1] & CP_FLAG_GLUES_NEXT)
+
+
+cdef inline int _item_kind(PyObject** slots) noexcept:
+    # What a message is, from the fields _scan found (see _tool_ids._item): a Responses item
+    # by its string type, a chat message when it has none, is a "message", or is an unknown
+    # type next to a string role.
+    cdef PyObject* t = slots[CP_KEY_TYPE]
+    cdef int code
+    if t == NULL or not PyUnicode_Check_ptr(t):
+        return CP_ITEM_MESSAGE
+    if PyUnicode_KIND(<object>t) != PyUnicode_1BYTE_KIND:
+        code = CP_ITEM_UNKNOWN
+    else:
+        code = cp_item_code(<const char*>PyUnicode_DATA(<object>t), PyUnicode_GET_LENGTH(<object>t))
+    if code == CP_ITEM_UNKNOWN and slots[CP_KEY_ROLE] != NULL and PyUnicode_Check_ptr(
+            slots[CP_KEY_ROLE]):
+        return CP_ITEM_MESSAGE
+    return code
 
 
 # A bad message is detected on the hot path and described on the way out: the innermost check
@@ -388,6 +425,14 @@ cdef uint8_t _parts(object parts, _Acc acc, int depth) except? 255:
                 _at(f"[{j - 1}]")
                 return 255
             flags |= F_CALLS
+        elif ptype == CP_PART_THINKING:
+            text = None if slots[CP_KEY_THINKING] == NULL else <object>slots[CP_KEY_THINKING]
+            if text is None or not PyUnicode_Check(text):
+                _fail(f"expected a string thinking, got {_type_name(text)}", "invalid-content",
+                      ".thinking")
+                _at(f"[{j - 1}]")
+                return 255
+            acc.add(text)
         else:
             acc.opaque += 1
     if PyList_GET_SIZE(parts) != n:
@@ -451,6 +496,74 @@ cdef int _tool_calls(object calls, _Acc acc) except -2:
     return 0
 
 
+cdef inline object _slot(PyObject** slots, int key):
+    # The value under a key the last _scan found (a reference of our own), or None.
+    return None if slots[key] == NULL else <object>slots[key]
+
+
+cdef uint8_t _item(int item, PyObject** slots, _Acc acc, Py_ssize_t index,
+                   object fid) except? 255:
+    # One Responses item that is not a chat message (see the twin's _item): its flags.
+    cdef object value, output, summary, content, encrypted
+    cdef bint counted = False
+    cdef uint8_t flags
+    cdef int key
+    if item == CP_ITEM_CALL:
+        # Every value is taken before the JSON of one of them can run Python code.
+        values = (_slot(slots, CP_KEY_NAME), _slot(slots, CP_KEY_ARGUMENTS),
+                  _slot(slots, CP_KEY_INPUT))
+        for key, value in enumerate(values):
+            if value is None:
+                continue
+            counted = True
+            if PyUnicode_Check(value):
+                acc.add(value)
+            elif key and _json_into(acc, value) < 0:
+                _at("arguments" if key == 1 else "input")
+                _invalid(index, fid)
+        if not counted:
+            acc.opaque += 1
+        return F_CALLS
+    if item == CP_ITEM_OUTPUT:
+        output = _slot(slots, CP_KEY_OUTPUT)
+        flags = F_RESULT
+        if PyUnicode_Check(output):
+            acc.add(output)
+        elif PyList_Check(output):
+            flags = _parts(output, acc, 0)
+            if flags == 255:
+                _at("output")
+                _invalid(index, fid)
+            flags |= F_RESULT
+        elif PyDict_Check(output):
+            acc.opaque += 1
+        elif output is not None:
+            _fail("expected a string, a list of parts, an object or null, got "
+                  f"{_type_name(output)}", "invalid-content", "output")
+            _invalid(index, fid)
+        return flags
+    if item == CP_ITEM_REASONING:
+        summary = _slot(slots, CP_KEY_SUMMARY)
+        content = _slot(slots, CP_KEY_CONTENT)
+        encrypted = _slot(slots, CP_KEY_ENCRYPTED_CONTENT)
+        if PyList_Check(summary):
+            if _parts(summary, acc, 0) == 255:
+                _at("summary")
+                _invalid(index, fid)
+        elif summary is not None:
+            _fail(f"expected a list of summary parts or null, got {_type_name(summary)}",
+                  "invalid-content", "summary")
+            _invalid(index, fid)
+        if _content(content, acc, 0) < 0:
+            _at("content")
+            _invalid(index, fid)
+        if encrypted is not None:
+            acc.opaque += 1
+        return F_GLUE
+    acc.opaque += 1
+    return 0
+
+
 cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
                       int8_t* role_out) except? 255:
     cdef PyObject* slots[CP_KEY_COUNT]
@@ -462,6 +575,10 @@ cdef uint8_t _message(object message, _Acc acc, Py_ssize_t index, object fid,
               "invalid-message", "")
         _invalid(index, fid)
     _scan(message, slots)
+    cdef int item = _item_kind(slots)
+    if item != CP_ITEM_MESSAGE:
+        role_out[0] = 0
+        return _item(item, slots, acc, index, fid)
     # Every value is taken (a reference of our own) before any Python code can run.
     role = None if slots[CP_KEY_ROLE] == NULL else <object>slots[CP_KEY_ROLE]
     content = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
@@ -654,7 +771,7 @@ cdef class Measure:
         else:
             raise ValueError(f"unknown grouping code {grouping}")
         for i in range(self.messages):
-            if i == 0 or (((self._flags[i] & mask) != 0) != invert):
+            if _opens(self._flags, i, 0, mask, invert):
                 g += 1
                 if offsets != NULL:
                     offsets[g] = i
@@ -831,17 +948,20 @@ def reduce_plan(fragments, tuple steps, int64_t trigger_chars, int64_t watermark
     return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
 
 
-cdef object _role_at(object messages, Py_ssize_t i):
+cdef int _role_at(object messages, Py_ssize_t i) except -2:
+    # The role code of message i for the split, -1 for a Responses item that is no message.
     cdef object m = <object>PyList_GET_ITEM(messages, i)
     cdef PyObject* slots[CP_KEY_COUNT]
     if not PyDict_Check(m):
         raise ContextPlanError.for_message(
             i, f"expected a message object (dict), got {_type_name(m)}")
     _scan(m, slots)
+    if _item_kind(slots) != CP_ITEM_MESSAGE:
+        return -1
     if slots[CP_KEY_ROLE] == NULL or not PyUnicode_Check(<object>slots[CP_KEY_ROLE]):
         raise ContextPlanError.for_message(
             i, "expected a string role", field="role", code="invalid-role")
-    return <object>slots[CP_KEY_ROLE]
+    return _role_code(<object>slots[CP_KEY_ROLE])
 
 
 cdef bint _carries_tool_results(object message):
@@ -862,13 +982,13 @@ def split_transcript(messages):
     cdef Py_ssize_t head = 0, tail, n = PyList_GET_SIZE(messages)
     cdef int code
     while head < PyList_GET_SIZE(messages):
-        code = _role_code(_role_at(messages, head))
+        code = _role_at(messages, head)
         if code != CP_ROLE_SYSTEM and code != CP_ROLE_DEVELOPER:
             break
         head += 1
     n = PyList_GET_SIZE(messages)
     tail = n
-    if tail > head and _role_code(_role_at(messages, tail - 1)) == R_USER and not (
+    if tail > head and _role_at(messages, tail - 1) == R_USER and not (
         _carries_tool_results(<object>PyList_GET_ITEM(messages, tail - 1))
     ):
         tail -= 1
@@ -1017,7 +1137,7 @@ def group_offsets(flags_in, chars_in, int grouping=GROUP_USER_TURN):
     else:
         raise ValueError(f"unknown grouping code {grouping}")
     for i in range(n):
-        if i == 0 or (((flags[i] & mask) != 0) != invert):
+        if _opens(&flags[0], i, 0, mask, invert):
             ngroups += 1
     offsets_a = np.empty(ngroups + 1, dtype=np.int64)
     group_chars_a = np.zeros(ngroups, dtype=np.int64)
@@ -1026,7 +1146,7 @@ def group_offsets(flags_in, chars_in, int grouping=GROUP_USER_TURN):
     g = -1
     with nogil:
         for i in range(n):
-            if i == 0 or (((flags[i] & mask) != 0) != invert):
+            if _opens(&flags[0], i, 0, mask, invert):
                 g += 1
                 offsets[g] = i
             group_chars[g] += chars[i]
@@ -1097,6 +1217,10 @@ cdef list _call_ids(object message):
     cdef PyObject* slots[CP_KEY_COUNT]
     cdef object calls, content, call, cid
     _scan(message, slots)
+    cdef int item = _item_kind(slots)
+    if item != CP_ITEM_MESSAGE:
+        cid = _str_slot(slots, CP_KEY_CALL_ID) if item == CP_ITEM_CALL else None
+        return [cid] if cid is not None else ids
     calls = None if slots[CP_KEY_TOOL_CALLS] == NULL else <object>slots[CP_KEY_TOOL_CALLS]
     content = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
     if calls is not None and PyList_Check(calls):
@@ -1123,6 +1247,9 @@ cdef list _result_ids(object message):
     cdef PyObject* slots[CP_KEY_COUNT]
     cdef object role, content
     _scan(message, slots)
+    cdef int item = _item_kind(slots)
+    if item != CP_ITEM_MESSAGE:
+        return [_str_slot(slots, CP_KEY_CALL_ID)] if item == CP_ITEM_OUTPUT else ids
     role = None if slots[CP_KEY_ROLE] == NULL else <object>slots[CP_KEY_ROLE]
     content = None if slots[CP_KEY_CONTENT] == NULL else <object>slots[CP_KEY_CONTENT]
     if role is not None and PyUnicode_Check(role) and _role_code(role) == R_TOOL:
@@ -1255,14 +1382,15 @@ def role_codes_utf8(data, offsets):
 cdef inline int64_t _count_starts(const uint8_t* flags, Py_ssize_t lo, Py_ssize_t hi,
                                   uint8_t mask, bint invert) noexcept nogil:
     # Group starts in flags[lo:hi]; two plain loops the compiler vectorises.
+    # (lo >= 1: the message before each one is read for the glue of a reasoning item.)
     cdef int64_t count = 0
     cdef Py_ssize_t j
     if invert:
         for j in range(lo, hi):
-            count += (flags[j] & mask) == 0
+            count += ((flags[j] & mask) == 0) & ((flags[j - 1] & CP_FLAG_GLUES_NEXT) == 0)
     else:
         for j in range(lo, hi):
-            count += (flags[j] & mask) != 0
+            count += ((flags[j] & mask) != 0) & ((flags[j - 1] & CP_FLAG_GLUES_NEXT) == 0)
     return count
 
 
@@ -1316,7 +1444,7 @@ def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t
             # met. The groups of the untouched prefix are only counted.
             for i in range(b - 1, a - 1, -1):
                 cur += chars[i]
-                if i == a or (((flags[i] & mask) != 0) != invert):
+                if _opens(&flags[0], i, a, mask, invert):
                     ngroups += 1
                     total += cur
                     cur = 0
@@ -1439,7 +1567,7 @@ cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping
     cdef int64_t total, cid, kept_fit, floor
     removed[0] = 0
     for i in range(h0, tail):
-        if i == h0 or (((s.flags[i] & mask) != 0) != invert):
+        if _opens(s.flags, i, h0, mask, invert):
             s.starts[ngroups] = i
             s.gchars[ngroups] = 0
             ngroups += 1

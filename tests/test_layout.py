@@ -49,18 +49,49 @@ def test_every_role_of_the_table_gets_its_code_on_both_kernels(differential, rol
 
 @pytest.mark.parametrize("ptype", [*tables.PART_CODES, "image_url", "Text", "text ", "têxt"])
 def test_every_part_type_of_the_table_is_read_alike_on_both_kernels(differential, ptype):
-    part = {"type": ptype, "text": "abc", "content": "de", "name": "f", "input": {}}
+    part = {"type": ptype, "text": "abc", "content": "de", "name": "f", "input": {},
+            "thinking": "ghij"}
     _roles, chars, flags, opaque = differential(
         "measure_messages", [{"role": "assistant", "content": [part]}]
     )
     code = tables.PART_CODES.get(ptype, tables.PART_OTHER)
     expected = {
         tables.PART_TEXT: 3, tables.PART_TOOL_RESULT: 2, tables.PART_TOOL_USE: 3,
-        tables.PART_OTHER: 0,
+        tables.PART_THINKING: 4, tables.PART_OTHER: 0,
     }[code]
     assert int(chars[0]) == expected
     assert int(opaque[0]) == (code == tables.PART_OTHER)
     assert bool(flags[0] & tables.FLAG_TOOL_CALLS) == (code == tables.PART_TOOL_USE)
+
+
+@pytest.mark.parametrize("itype", [*tables.ITEM_CODES, "web_search_call", "Message", "réasoning"])
+def test_every_item_type_of_the_table_is_read_alike_on_both_kernels(differential, itype):
+    item = {"type": itype, "call_id": "c", "name": "f", "arguments": "{}", "output": "out",
+            "summary": [{"type": "summary_text", "text": "why"}], "content": "hello"}
+    code = tables.ITEM_CODES.get(itype, tables.ITEM_UNKNOWN)
+    # chars, flag, opaque parts (a message without a role is invalid: it gets one).
+    expected = {
+        tables.ITEM_CALL: (3, tables.FLAG_TOOL_CALLS, 0),
+        tables.ITEM_OUTPUT: (3, tables.FLAG_TOOL_RESULT, 0),
+        tables.ITEM_REASONING: (8, tables.FLAG_GLUES_NEXT, 0),
+        tables.ITEM_UNKNOWN: (0, 0, 1),
+    }
+    if code == tables.ITEM_MESSAGE:
+        roles, chars, flags, opaque = differential(
+            "measure_messages", [{**item, "role": "assistant"}])
+        assert (int(roles[0]), int(chars[0]), int(flags[0]), int(opaque[0])) == (
+            tables.ROLE_ASSISTANT, 5, 0, 0)
+        return
+    roles, chars, flags, opaque = differential("measure_messages", [item])
+    assert (int(roles[0]), int(chars[0]), int(flags[0]), int(opaque[0])) == (
+        tables.ROLE_OTHER, *expected[code])
+    # An unknown type next to a role is a chat message; a known item type wins over a role.
+    roles, chars, _flags, _opaque = differential(
+        "measure_messages", [{**item, "role": "user"}])
+    if code == tables.ITEM_UNKNOWN:
+        assert (int(roles[0]), int(chars[0])) == (tables.ROLE_USER, 5)
+    else:
+        assert (int(roles[0]), int(chars[0])) == (tables.ROLE_OTHER, expected[code][0])
 
 
 @pytest.mark.parametrize("role", [*tables.ROLE_CODES, "critic", "Assistant"])
@@ -74,7 +105,7 @@ def test_columnar_role_codes_follow_the_table(differential, role):
 
 def test_the_generated_header_spells_every_table_entry():
     header = tables.c_header()
-    for name in [*tables.ROLE_CODES, *tables.PART_CODES, *tables.KEYS]:
+    for name in [*tables.ROLE_CODES, *tables.PART_CODES, *tables.ITEM_CODES, *tables.KEYS]:
         assert f'"{name}"' in header, name
     assert header.count("#define CP_ROLE_") == len(tables.ROLE_NAMES) + 1  # + CP_ROLE_COUNT
 

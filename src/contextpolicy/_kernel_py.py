@@ -20,16 +20,23 @@ import numpy.typing as npt
 
 from ._read import ListChanged, exact_str, fields, items
 from ._tables import (
+    FLAG_GLUES_NEXT,
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
     GROUP_MESSAGE,
     GROUP_USER_TURN,
     INSTRUCTION_ROLE_CODES,
+    ITEM_CALL,
+    ITEM_MESSAGE,
+    ITEM_OUTPUT,
+    ITEM_REASONING,
+    ITEM_UNKNOWN,
     MAX_NESTING,
     PART_CODES,
     PART_OTHER,
     PART_TEXT,
+    PART_THINKING,
     PART_TOOL_RESULT,
     PART_TOOL_USE,
     ROLE_CODES,
@@ -38,7 +45,7 @@ from ._tables import (
     TOOL_RESULT_ROLES,
     tables,
 )
-from ._tool_ids import call_ids, result_ids
+from ._tool_ids import call_ids, item_code, result_ids
 from .errors import ContextPlanError
 
 __all__ = [
@@ -166,6 +173,14 @@ def _read_parts(
             if "input" in f:
                 acc.add(_compact_json(f["input"], index, fid, where + ".input"))
             flags |= FLAG_TOOL_CALLS
+        elif code == PART_THINKING:
+            thinking = f.get("thinking")
+            if not isinstance(thinking, str):
+                raise ContextPlanError.for_message(
+                    index, f"expected a string thinking, got {type(thinking).__name__}",
+                    fragment_id=fid, field=where + ".thinking", code="invalid-content",
+                )
+            acc.add(thinking)
         else:
             acc.opaque += 1
     return flags
@@ -196,6 +211,9 @@ def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int,
     # Every key is read before any Python code can run (the JSON of a tool input may).
     f = fields(message)
     role = f.get("role")
+    item = item_code(f)
+    if item != ITEM_MESSAGE and (item != ITEM_UNKNOWN or not isinstance(role, str)):
+        return ROLE_OTHER, _item(item, f, acc, index, fid)
     if not isinstance(role, str):
         what = "missing" if role is None else f"a {type(role).__name__}"
         raise ContextPlanError.for_message(
@@ -224,6 +242,54 @@ def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int,
         except ListChanged:
             raise _list_changed(index, fid, "tool_calls") from None
     return code, flags
+
+
+def _item(item: int, f: dict[str, Any], acc: _Acc, index: int, fid: str | None) -> int:
+    """Count one Responses item that is not a chat message into ``acc``; return its flags."""
+    if item == ITEM_CALL:
+        counted = False
+        for key in ("name", "arguments", "input"):
+            value = f.get(key)
+            if isinstance(value, str):
+                acc.add(value)
+            elif value is not None and key != "name":
+                acc.add(_compact_json(value, index, fid, key))
+            counted = counted or value is not None
+        if not counted:  # a call whose payload is not text (a computer action, ...)
+            acc.opaque += 1
+        return FLAG_TOOL_CALLS
+    if item == ITEM_OUTPUT:
+        output = f.get("output")
+        flags = FLAG_TOOL_RESULT
+        if isinstance(output, str):
+            acc.add(output)
+        elif isinstance(output, list):
+            flags |= _parts(output, acc, index, fid, "output", 0)
+        elif isinstance(output, dict):  # a screenshot, ...
+            acc.opaque += 1
+        elif output is not None:
+            raise ContextPlanError.for_message(
+                index, f"expected a string, a list of parts, an object or null, got "
+                f"{type(output).__name__}", fragment_id=fid, field="output",
+                code="invalid-content",
+            )
+        return flags
+    if item == ITEM_REASONING:
+        summary = f.get("summary")
+        if isinstance(summary, list):
+            _parts(summary, acc, index, fid, "summary", 0)
+        elif summary is not None:
+            raise ContextPlanError.for_message(
+                index, f"expected a list of summary parts or null, got "
+                f"{type(summary).__name__}", fragment_id=fid, field="summary",
+                code="invalid-content",
+            )
+        _content(f.get("content"), acc, index, fid, "content")
+        if f.get("encrypted_content") is not None:
+            acc.opaque += 1
+        return FLAG_GLUES_NEXT
+    acc.opaque += 1  # an item of a type this kernel does not know: opaque, inside its turn
+    return 0
 
 
 def _read_calls(calls: list[Any], acc: _Acc, index: int, fid: str | None) -> None:
@@ -324,6 +390,8 @@ def group_offsets(
         raise ValueError(f"unknown grouping code {grouping}")
     if n == 0:
         return np.zeros(1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    # No boundary after a reasoning item: it stays with the item it precedes.
+    opens[1:] &= (flags[:-1] & FLAG_GLUES_NEXT) == 0
     opens[0] = True
     starts = np.flatnonzero(opens).astype(np.int64)
     offsets = np.append(starts, np.int64(n))
@@ -578,13 +646,17 @@ def split_transcript(messages: list[Any]) -> tuple[int, int]:
             path="messages", code="invalid-messages",
         )
 
-    def role(i: int) -> str:
+    def role(i: int) -> str | None:
         m = list.__getitem__(messages, i)
         if not isinstance(m, dict):
             raise ContextPlanError.for_message(
                 i, f"expected a message object (dict), got {type(m).__name__}",
             )
-        value = fields(m).get("role")  # keys by their text, as measuring reads them
+        f = fields(m)  # keys by their text, as measuring reads them
+        value = f.get("role")
+        item = item_code(f)
+        if item != ITEM_MESSAGE and (item != ITEM_UNKNOWN or not isinstance(value, str)):
+            return None  # a Responses item that is not a message: neither system nor question
         if not isinstance(value, str):
             raise ContextPlanError.for_message(
                 i, "expected a string role", field="role", code="invalid-role",
@@ -593,7 +665,7 @@ def split_transcript(messages: list[Any]) -> tuple[int, int]:
 
     n = list.__len__(messages)
     head = 0
-    while head < n and ROLE_CODES.get(role(head)) in INSTRUCTION_ROLE_CODES:
+    while head < n and ROLE_CODES.get(role(head) or "") in INSTRUCTION_ROLE_CODES:
         head += 1
     tail = n
     if tail > head and role(tail - 1) == "user" and not _carries_tool_results(

@@ -43,24 +43,56 @@ TOOL_RESULT_ROLES: Final[frozenset[str]] = frozenset({"tool", "function"})
 FLAG_OPENS_TURN: Final = 1  # a user message that is not a tool-result carrier
 FLAG_TOOL_RESULT: Final = 2  # role "tool"/"function", or a user message of tool_result blocks
 FLAG_TOOL_CALLS: Final = 4  # carries tool_calls entries or tool_use blocks
+FLAG_GLUES_NEXT: Final = 8  # a reasoning item: no group boundary between it and the next item
 FLAGS: Final[dict[str, int]] = {
     "opens_turn": FLAG_OPENS_TURN,
     "tool_result": FLAG_TOOL_RESULT,
     "tool_calls": FLAG_TOOL_CALLS,
+    "glues_next": FLAG_GLUES_NEXT,
 }
 
-# Content part types, by what the kernel does with them; any other type is an opaque part.
-TEXT_PART_TYPES: Final[tuple[str, ...]] = ("text", "input_text", "output_text")
+# Content part types, by what the kernel does with them; any other type (an image, a
+# redacted_thinking or compaction block, ...) is an opaque part. Text parts carry ``text``
+# (Responses reasoning items hold summary_text and reasoning_text parts); an Anthropic thinking
+# block carries ``thinking`` (its signature is not text).
+TEXT_PART_TYPES: Final[tuple[str, ...]] = (
+    "text", "input_text", "output_text", "summary_text", "reasoning_text",
+)
 TOOL_RESULT_PART: Final = "tool_result"
 TOOL_USE_PART: Final = "tool_use"
+THINKING_PART: Final = "thinking"
 PART_OTHER: Final = 0
 PART_TEXT: Final = 1
 PART_TOOL_RESULT: Final = 2
 PART_TOOL_USE: Final = 3
+PART_THINKING: Final = 4
 PART_CODES: Final[dict[str, int]] = {
     **dict.fromkeys(TEXT_PART_TYPES, PART_TEXT),
     TOOL_RESULT_PART: PART_TOOL_RESULT,
     TOOL_USE_PART: PART_TOOL_USE,
+    THINKING_PART: PART_THINKING,
+}
+
+# OpenAI Responses input items, by the ``type`` of a message-level dict. A dict whose type is
+# one of these is that item whatever else it holds; ``message`` (or no type) is a chat message
+# read by its role; a dict with any other string type and no role is an unknown item, passed
+# through as one opaque part inside its turn. Calls count their name and arguments (or input)
+# and are paired with their outputs by ``call_id``; an output counts its ``output``; a
+# reasoning item counts its summary and content text and is glued to the item after it.
+ITEM_MESSAGE: Final = 0
+ITEM_CALL: Final = 1
+ITEM_OUTPUT: Final = 2
+ITEM_REASONING: Final = 3
+ITEM_UNKNOWN: Final = 4
+CALL_ITEM_TYPES: Final[tuple[str, ...]] = (
+    "function_call", "custom_tool_call", "computer_call", "local_shell_call", "shell_call",
+    "apply_patch_call",
+)
+ITEM_CODES: Final[dict[str, int]] = {
+    "message": ITEM_MESSAGE,
+    **dict.fromkeys(CALL_ITEM_TYPES, ITEM_CALL),
+    **dict.fromkeys((t + "_output" for t in CALL_ITEM_TYPES), ITEM_OUTPUT),
+    "reasoning": ITEM_REASONING,
 }
 
 # Grouping codes of the kernel's group functions, by the policy's grouping kind.
@@ -75,7 +107,8 @@ MAX_NESTING: Final = 100
 # Message and part keys the kernels recognise, by their text, in one pass over a dict.
 KEYS: Final[tuple[str, ...]] = (
     "role", "content", "tool_calls", "type", "text", "name", "input", "function", "arguments",
-    "id", "tool_call_id", "tool_use_id",
+    "id", "tool_call_id", "tool_use_id", "call_id", "output", "summary", "thinking",
+    "encrypted_content",
 )
 
 
@@ -85,6 +118,7 @@ def tables() -> dict[str, object]:
         "roles": dict(ROLE_CODES),
         "flags": dict(FLAGS),
         "parts": dict(PART_CODES),
+        "items": dict(ITEM_CODES),
         "groups": dict(GROUPING_CODES),
         "keys": list(KEYS),
         "max_nesting": MAX_NESTING,
@@ -130,6 +164,12 @@ def c_header() -> str:
         f"#define CP_PART_TEXT {PART_TEXT}",
         f"#define CP_PART_TOOL_RESULT {PART_TOOL_RESULT}",
         f"#define CP_PART_TOOL_USE {PART_TOOL_USE}",
+        f"#define CP_PART_THINKING {PART_THINKING}",
+        f"#define CP_ITEM_MESSAGE {ITEM_MESSAGE}",
+        f"#define CP_ITEM_CALL {ITEM_CALL}",
+        f"#define CP_ITEM_OUTPUT {ITEM_OUTPUT}",
+        f"#define CP_ITEM_REASONING {ITEM_REASONING}",
+        f"#define CP_ITEM_UNKNOWN {ITEM_UNKNOWN}",
     ]
     out += [f"#define CP_GROUP_{_c_name(kind)} {code}" for kind, code in GROUPING_CODES.items()]
     out += [f"#define CP_MAX_NESTING {MAX_NESTING}"]
@@ -137,6 +177,7 @@ def c_header() -> str:
     out += ["#define CP_KEY_OTHER 0", f"#define CP_KEY_COUNT {len(KEYS) + 1}", ""]
     out += [*_matcher("cp_role_code", ROLE_CODES, "CP_ROLE_OTHER"), ""]
     out += [*_matcher("cp_part_code", PART_CODES, "CP_PART_OTHER"), ""]
+    out += [*_matcher("cp_item_code", ITEM_CODES, "CP_ITEM_UNKNOWN"), ""]
     out += [*_matcher("cp_key_code", {k: i + 1 for i, k in enumerate(KEYS)}, "CP_KEY_OTHER"), ""]
     # The tables as data, so the compiled module can report what it was built with.
     names = ", ".join(f'"{name}"' for name in ROLE_NAMES)
@@ -147,12 +188,17 @@ def c_header() -> str:
     groups = ", ".join(f'"{kind}"' for kind in GROUPING_CODES)
     group_codes = ", ".join(str(code) for code in GROUPING_CODES.values())
     keys = ", ".join(f'"{key}"' for key in KEYS)
+    items = ", ".join(f'"{name}"' for name in ITEM_CODES)
+    item_codes = ", ".join(str(code) for code in ITEM_CODES.values())
     out += [
         f"#define CP_ROLE_COUNT {len(ROLE_NAMES)}",
         f"static const char *const cp_role_names[] = {{{names}}};",
         f"#define CP_PART_COUNT {len(PART_CODES)}",
         f"static const char *const cp_part_names[] = {{{parts}}};",
         f"static const int cp_part_codes[] = {{{part_codes}}};",
+        f"#define CP_ITEM_COUNT {len(ITEM_CODES)}",
+        f"static const char *const cp_item_names[] = {{{items}}};",
+        f"static const int cp_item_codes[] = {{{item_codes}}};",
         f"#define CP_FLAG_COUNT {len(FLAGS)}",
         f"static const char *const cp_flag_names[] = {{{flag_names}}};",
         f"static const int cp_flag_bits[] = {{{flag_bits}}};",

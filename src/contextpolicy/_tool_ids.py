@@ -11,9 +11,19 @@ from __future__ import annotations
 from typing import Any
 
 from ._read import exact_str, fields, items
-from ._tables import ROLE_CODES, ROLE_TOOL, TOOL_RESULT_PART, TOOL_USE_PART
+from ._tables import (
+    ITEM_CALL,
+    ITEM_CODES,
+    ITEM_MESSAGE,
+    ITEM_OUTPUT,
+    ITEM_UNKNOWN,
+    ROLE_CODES,
+    ROLE_TOOL,
+    TOOL_RESULT_PART,
+    TOOL_USE_PART,
+)
 
-__all__ = ["call_ids", "result_ids"]
+__all__ = ["call_ids", "item_code", "result_ids"]
 
 
 def _str(f: dict[str, Any], key: str) -> str | None:
@@ -34,9 +44,32 @@ def _typed_parts(content: Any, ptype: str) -> list[dict[str, Any]]:
     return found
 
 
+def item_code(f: dict[str, Any]) -> int:
+    """The Responses item code of a message's fields (``_tables.ITEM_CODES``): its string
+    ``type``'s, ``ITEM_UNKNOWN`` for any other string, ``ITEM_MESSAGE`` without one."""
+    value = _str(f, "type")
+    if value is None:
+        return ITEM_MESSAGE
+    return ITEM_CODES.get(value, ITEM_UNKNOWN)
+
+
+def _item(f: dict[str, Any]) -> int:
+    """What kind of item a message is, as measuring decides: an unknown type with a role is a
+    chat message."""
+    code = item_code(f)
+    if code == ITEM_UNKNOWN and isinstance(f.get("role"), str):
+        return ITEM_MESSAGE
+    return code
+
+
 def call_ids(message: dict[str, Any]) -> list[str]:
-    """Ids of the tool calls a message makes: ``tool_calls[].id`` and ``tool_use`` blocks."""
+    """Ids of the tool calls a message makes: ``tool_calls[].id`` and ``tool_use`` blocks, or
+    a Responses call item's ``call_id``."""
     f = fields(message)
+    item = _item(f)
+    if item != ITEM_MESSAGE:
+        cid = _str(f, "call_id") if item == ITEM_CALL else None
+        return [cid] if cid is not None else []
     ids: list[str] = []
     calls = f.get("tool_calls")
     if isinstance(calls, list):
@@ -53,8 +86,12 @@ def call_ids(message: dict[str, Any]) -> list[str]:
 
 def result_ids(message: dict[str, Any]) -> list[str | None]:
     """Ids a message answers: a ``tool`` message's ``tool_call_id`` and ``tool_result`` blocks'
-    ``tool_use_id`` (``None`` where a result names no id)."""
+    ``tool_use_id``, or a Responses output item's ``call_id`` (``None`` where a result names
+    no id)."""
     f = fields(message)
+    item = _item(f)
+    if item != ITEM_MESSAGE:
+        return [_str(f, "call_id")] if item == ITEM_OUTPUT else []
     ids: list[str | None] = []
     role = _str(f, "role")
     if role is not None and ROLE_CODES.get(role) == ROLE_TOOL:

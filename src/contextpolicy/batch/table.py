@@ -28,6 +28,7 @@ from .._tables import (
     ROLE_TOOL,
     ROLE_USER,
     TEXT_PART_TYPES,
+    THINKING_PART,
     TOOL_RESULT_PART,
     TOOL_USE_PART,
 )
@@ -212,8 +213,8 @@ def _sums(values: Any, offs: Any) -> Any:
     return csum[offs[1:]] - csum[offs[:-1]]
 
 
-# Part kinds by index: the text types, then tool_result, then tool_use.
-_PART_KINDS = (*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART)
+# Part kinds by index: the text types, then tool_result, tool_use and thinking.
+_PART_KINDS = (*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART, THINKING_PART)
 
 
 def _part_kinds(ptype: Any) -> Any:
@@ -300,6 +301,16 @@ class _Measured:
         chars = np.zeros(m, dtype=np.int64)
         flags = np.zeros(m, dtype=np.uint8)
         bad = np.zeros(m, dtype=bool)  # messages the object path must measure
+        item = _field(values, "type")
+        if item is not None and not pa.types.is_null(item.type):
+            # Responses items other than messages (calls, outputs, reasoning, ...): objects.
+            import pyarrow.compute as pc
+
+            given = ~_nulls(item)
+            if _text_type(item.type):
+                is_message = pc.equal(_strings(item), "message").fill_null(False)
+                given &= ~is_message.to_numpy(zero_copy_only=False)
+            bad |= given
         calls, results = _Ids(), _Ids()
         content = _field(values, "content")
         if content is not None:
@@ -398,6 +409,15 @@ class _Measured:
                     unreadable[at] = True
             flags[part_message[at]] |= FLAG_TOOL_CALLS
             calls.add(part_message[at], at, self._ids(parts, "id", at))
+        is_thinking = code == len(TEXT_PART_TYPES) + 2
+        if is_thinking.any():
+            thinking = _field(parts, "thinking")
+            if thinking is None or not _text_type(thinking.type):
+                unreadable |= is_thinking  # the object path says what is wrong
+            else:
+                counted[is_thinking] += _lengths(thinking)[is_thinking]
+                if thinking.null_count:
+                    unreadable |= is_thinking & _nulls(thinking)
         if unreadable.any():
             bad |= _rows_of(unreadable, offs)
         return counted
