@@ -1,11 +1,19 @@
 """Hypothesis strategies for chat histories: unicode (astral-plane emoji, lone surrogates),
-empty and None contents, part lists, Anthropic blocks, tool calls, 0..5,000 messages."""
+empty and None contents, part lists, Anthropic blocks (thinking too), tool calls, OpenAI
+Responses items, 0..5,000 messages."""
 
 from __future__ import annotations
 
 from hypothesis import strategies as st
 
-from contextpolicy._tables import ROLE_CODES, TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART
+from contextpolicy._tables import (
+    CALL_ITEM_TYPES,
+    ROLE_CODES,
+    TEXT_PART_TYPES,
+    THINKING_PART,
+    TOOL_RESULT_PART,
+    TOOL_USE_PART,
+)
 
 # Unicode including astral-plane emoji and lone surrogates (valid in a Python str).
 text = st.text(
@@ -24,7 +32,12 @@ text_part = st.fixed_dictionaries(
 )
 opaque_part = st.fixed_dictionaries(
     {"type": st.sampled_from(["image_url", "image", "input_audio", "file", "refusal"])}
-) | st.just({"no_type": 1}) | st.just({"type": 7})
+) | st.just({"no_type": 1}) | st.just({"type": 7}) | st.fixed_dictionaries(
+    {"type": st.just("redacted_thinking"), "data": text}
+) | st.fixed_dictionaries({"type": st.just("compaction"), "content": text})
+thinking = st.fixed_dictionaries(
+    {"type": st.just(THINKING_PART), "thinking": text}, optional={"signature": text},
+)
 tool_use = st.fixed_dictionaries(
     {"type": st.just(TOOL_USE_PART), "id": ids, "name": text},
     optional={"input": json_value},
@@ -33,7 +46,11 @@ tool_result = st.fixed_dictionaries(
     {"type": st.just(TOOL_RESULT_PART), "tool_use_id": ids},
     optional={"content": st.none() | text | st.lists(text_part | opaque_part | text, max_size=3)},
 )
-part = text_part | opaque_part | tool_use | tool_result | text
+tool_result = tool_result | st.fixed_dictionaries(
+    {"type": st.just(TOOL_RESULT_PART), "tool_use_id": ids, "is_error": st.booleans(),
+     "content": text},
+)
+part = text_part | opaque_part | tool_use | tool_result | thinking | text
 content = st.none() | text | st.lists(part, max_size=5)
 tool_call = st.fixed_dictionaries(
     {"id": ids},
@@ -43,7 +60,7 @@ tool_call = st.fixed_dictionaries(
 )
 # Every role of the table, and one it does not know.
 role = st.sampled_from([*ROLE_CODES, "critic"])
-message = st.fixed_dictionaries(
+chat_message = st.fixed_dictionaries(
     {"role": role},
     optional={
         "content": content,
@@ -52,6 +69,37 @@ message = st.fixed_dictionaries(
         "name": text,
     },
 )
+# OpenAI Responses input items: messages with a type, calls and their outputs by call_id,
+# reasoning items, and item types the kernels do not know.
+call_id = st.sampled_from(["a", "b", "call_1"]) | text
+responses_item = (
+    st.fixed_dictionaries({"type": st.just("message"), "role": role, "content": content})
+    | st.fixed_dictionaries(
+        {"type": st.sampled_from(CALL_ITEM_TYPES), "call_id": call_id},
+        optional={"name": text, "arguments": text | json_value, "input": text,
+                  "id": text, "status": st.just("completed"),
+                  "action": st.just({"type": "click"})},
+    )
+    | st.fixed_dictionaries(
+        {"type": st.sampled_from([t + "_output" for t in CALL_ITEM_TYPES]), "call_id": call_id},
+        optional={"output": st.none() | text | st.lists(text_part | opaque_part, max_size=3)
+                  | st.just({"type": "computer_screenshot"})},
+    )
+    | st.fixed_dictionaries(
+        {"type": st.just("reasoning")},
+        optional={"id": text,
+                  "summary": st.lists(st.fixed_dictionaries(
+                      {"type": st.just("summary_text"), "text": text}), max_size=2),
+                  "content": st.none() | st.lists(st.fixed_dictionaries(
+                      {"type": st.just("reasoning_text"), "text": text}), max_size=2),
+                  "encrypted_content": st.none() | text},
+    )
+    | st.fixed_dictionaries(
+        {"type": st.sampled_from(["web_search_call", "item_reference", "mcp_list_tools"])},
+        optional={"id": text},
+    )
+)
+message = chat_message | responses_item
 # Invalid messages, so that both twins are seen to raise the same error at the same index.
 bad_message = st.sampled_from([
     "not a dict", None, {"content": "no role"}, {"role": None}, {"role": 1},
@@ -61,6 +109,13 @@ bad_message = st.sampled_from([
     {"role": "assistant", "tool_calls": [{"function": []}]},
     {"role": "assistant", "content": [{"type": "tool_use", "input": {(1, 2): 3}}]},
     {"role": "user", "content": [{"type": "tool_result", "content": {"nested": "dict"}}]},
+    {"role": "assistant", "content": [{"type": "thinking", "thinking": 3}]},
+    {"type": "function_call", "call_id": "a", "arguments": {(1, 2): 3}},
+    {"type": "function_call_output", "call_id": "a", "output": 5},
+    {"type": "function_call_output", "call_id": "a", "output": [{"type": "text"}]},
+    {"type": "reasoning", "summary": "not a list"},
+    {"type": "reasoning", "content": 5},
+    {"type": "message", "content": "no role"},
 ])
 
 
