@@ -185,6 +185,20 @@ def _cyclic_input() -> list[Any]:
     return [tool_use(value)]
 
 
+def _pairing_after_change(kernel: Any) -> Any:
+    # Measure Responses items, then change what they are: pairing reads them as they are now.
+    msgs: list[Any] = [
+        {"type": "function_call", "call_id": "a", "name": "f"},
+        {"type": "function_call_output", "call_id": "a", "output": "r"},
+        {"type": "reasoning", "summary": []},
+    ]
+    flags = kernel.measure_messages(msgs)[2]
+    msgs[0]["type"] = "web_search_call"
+    msgs[1]["type"] = 5
+    msgs[1]["role"] = "tool"
+    return kernel.tool_pairing(msgs, flags)
+
+
 def _stale_pairing(kernel: Any) -> Any:
     # Measure, then strip every role and swap tool calls for junk: the flags no longer belong.
     msgs: list[Any] = [
@@ -319,7 +333,71 @@ def _lying_fragment_list(kernel: Any) -> Any:
     return None if raw is None else raw[8]
 
 
+def _output_contains_itself() -> list[Any]:
+    output: list[Any] = []
+    output.append({"type": "tool_result", "tool_use_id": "t", "content": output})
+    return [{"type": "function_call_output", "call_id": "c", "output": output}]
+
+
+def _arguments_clear_the_history() -> list[Any]:
+    msgs: list[Any] = [{"role": "user", "content": "hi"}]
+    msgs.append({"type": "function_call", "call_id": "c", "name": "f",
+                 "arguments": OnItems(lambda: msgs.clear(), {"q": 1})})
+    msgs.append({"type": "function_call_output", "call_id": "c", "output": "r"})
+    return msgs
+
+
+def _summary_grows_forever() -> list[Any]:
+    summary: list[Any] = []
+
+    def grow() -> None:
+        summary.insert(0, {"type": "summary_text", "text": "again"})
+
+    summary.append({"type": "tool_use", "id": "a", "name": "f", "input": OnItems(grow, {"k": 1})})
+    return [{"type": "reasoning", "summary": summary}]
+
+
+def _item_turns_into_message() -> list[Any]:
+    # Reading the arguments gives the item a role and a chat content: it was measured as a call.
+    item: dict[str, Any] = {"type": "function_call", "call_id": "c", "name": "f"}
+
+    def change() -> None:
+        item["type"] = "message"
+        item["role"] = "user"
+        item["content"] = "x" * 50
+
+    item["arguments"] = OnItems(change, {"q": 1})
+    return [item, {"type": "function_call_output", "call_id": "c", "output": "r"}]
+
+
 CASES: dict[str, Callable[[Any], Any]] = {
+    "item-output-contains-itself": _measure_case(_output_contains_itself),
+    "item-output-nesting-at-the-limit": _measure_case(lambda: [
+        {"type": "function_call_output", "call_id": "c",
+         "output": deep_tool_result(100)["content"]}]),
+    "item-output-nesting-past-the-limit": _measure_case(lambda: [
+        {"type": "function_call_output", "call_id": "c",
+         "output": deep_tool_result(101)["content"]}]),
+    "item-arguments-clear-the-history": _measure_case(_arguments_clear_the_history),
+    "item-summary-grows-forever": _measure_case(_summary_grows_forever),
+    "item-turns-into-a-message-while-read": _measure_case(_item_turns_into_message),
+    "item-json-arguments-deep": _measure_case(lambda: [
+        {"type": "function_call", "call_id": "c", "arguments": deep_list(100_000)}]),
+    "lying-str-item-type": _measure_case(lambda: [
+        {"type": LyingStr("function_call_output"), "call_id": LyingStr("c"), "output": "abc"},
+        {"type": LyingStr("reasoning"), "summary": [{"type": LyingStr("summary_text"),
+                                                     "text": LyingStr("de")}]},
+        {"type": LyingStr("web_search_call")}]),
+    "lying-dict-item": _measure_case(lambda: [
+        LyingDict({"type": "function_call", "call_id": "c", "arguments": "{}"})]),
+    "pairing-items-with-lying-ids": _pairing_on([
+        {"type": "function_call", "call_id": LyingStr("a"), "name": "f"},
+        {"type": "function_call_output", "call_id": LyingStr("b"), "output": "r"},
+        {"type": "function_call_output", "call_id": "a", "output": "r"},
+        {"type": "function_call_output", "output": "no id"},
+    ]),
+    "pairing-of-items-turned-junk": _pairing_after_change,
+
     "nesting-at-the-limit": _measure_case(lambda: [deep_tool_result(100)]),
     "nesting-past-the-limit": _measure_case(lambda: [deep_tool_result(101)]),
     "nesting-100000": _measure_case(lambda: [deep_tool_result(100_000)]),

@@ -73,6 +73,23 @@ EXPECTED: dict[str, tuple[str, Any]] = {
         "value", [[0, "unanswered-tool-call", "a"], [2, "orphan-tool-result", "zzz"]],
     ),
     "pairing-of-a-lying-list": ("value", []),
+    # Responses items: the same limits, checks and reading rules as chat messages.
+    "item-output-contains-itself": ("raised", "too-deep"),
+    "item-output-nesting-at-the-limit": ("value", [[0], [6], [2], [0]]),
+    "item-output-nesting-past-the-limit": ("raised", "too-deep"),
+    "item-arguments-clear-the-history": ("raised", "changed-while-measured"),
+    "item-summary-grows-forever": ("raised", "changed-while-measured"),
+    # Every key is read before the arguments run Python code: it is measured as the call it was.
+    "item-turns-into-a-message-while-read": ("value", [[0, 0], [1 + len('{"q":1}'), 1], [4, 2],
+                                                       [0, 0]]),
+    "item-json-arguments-deep": ("raised", "invalid-json"),
+    # Types and ids by the text a str subclass holds.
+    "lying-str-item-type": ("value", [[0, 0, 0], [3, 2, 0], [2, 8, 0], [0, 0, 1]]),
+    "lying-dict-item": ("value", [[0], [2], [4], [0]]),
+    "pairing-items-with-lying-ids": ("value", [[1, "orphan-tool-result", "b"],
+                                               [3, "orphan-tool-result", None]]),
+    # Pairing reads the items as they are now: the call is gone, the output a tool message.
+    "pairing-of-items-turned-junk": ("value", [[1, "orphan-tool-result", None]]),
     # The handler's copy loses its roles; the caller's messages, and the pairing pass, do not.
     "handler-strips-roles-then-fails": ("value", [
         "failed", "wrong-shape", ["orphan-tool-result"], ["user", "assistant", "tool", "user"],
