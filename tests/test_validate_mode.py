@@ -98,9 +98,13 @@ def test_tokens_with_count_messages():
         def count_messages(self, messages: list) -> int:
             return 100 * len(messages)
 
-    report = process_context(PLAN, {"mode": "validate"}, counter=Counter()).report
-    assert report.before.tokens == 1 + 1 + 400 + 1
+    result = process_context(PLAN, {"mode": "validate"}, counter=Counter())
+    report = result.report
+    # A counter that frames messages counts the plan as the input it assembles to (seven
+    # messages here), framing once; each fragment is counted on its own.
+    assert report.before.tokens == 700 == check_input_budget(result, counter=Counter()).tokens
     assert [f.tokens_before for f in report.fragments] == [1, 1, 400, 1]
+    assert report.counter == "test_tokens_with_count_messages.<locals>.Counter"
 
 
 @pytest.mark.parametrize("bad", [lambda t: -1, lambda t: 1.5, lambda t: "3", lambda t: None])

@@ -24,6 +24,7 @@ __all__ = [
     "FragmentMeasure",
     "TokenCounter",
     "as_counter",
+    "input_tokens",
     "measure_fragment",
     "measure_messages",
 ]
@@ -38,10 +39,12 @@ class TokenCounter:
     """A caller's token counter, normalised.
 
     Accepts a callable ``str -> int`` or an object with ``count_text(str) -> int`` and
-    optionally ``count_messages(list) -> int`` for exact chat framing.
+    optionally ``count_messages(list) -> int`` for exact chat framing. ``name`` is the
+    counter's own ``name`` (else the name of its function or type), the one a report gives;
+    ``exact`` its own ``exact`` (``None`` when it does not say).
     """
 
-    __slots__ = ("_count_messages", "_count_text", "source")
+    __slots__ = ("_count_messages", "_count_text", "exact", "name", "source")
 
     def __init__(self, counter: Callable[[str], int] | TextCounter | TokenCounter) -> None:
         if isinstance(counter, TokenCounter):
@@ -60,6 +63,12 @@ class TokenCounter:
             )
         count_messages = getattr(counter, "count_messages", None)
         self._count_messages = count_messages if callable(count_messages) else None
+        name = getattr(counter, "name", None)
+        if not isinstance(name, str) or not name:
+            name = getattr(counter, "__qualname__", None) or type(counter).__qualname__
+        self.name: str = str(name)
+        exact = getattr(counter, "exact", None)
+        self.exact: bool | None = exact if isinstance(exact, bool) else None
         if inspect.iscoroutinefunction(self._count_text):
             raise ContextPolicyError(
                 "count_text must be synchronous", path="counter", code="invalid-counter"
@@ -182,6 +191,19 @@ def measure_fragment(fragment: Fragment, counter: TokenCounter | None = None) ->
         return FragmentMeasure(len(text), 1, 0, tokens)
     assert fragment.messages is not None
     return measure_messages(fragment.messages, counter, fragment.id)
+
+
+def input_tokens(fragments: Sequence[Fragment], measures: Sequence[FragmentMeasure],
+                 counter: TokenCounter | None) -> int | None:
+    """The tokens of a plan: the sum of its fragments' tokens, or, for a counter that frames
+    chat messages (``count_messages``), the count of the input the fragments assemble to, so
+    that framing is counted once, as the model sees it (``check_input_budget`` counts the
+    same). ``None`` without a counter."""
+    if counter is None:
+        return None
+    if counter.counts_messages:
+        return counter.count_messages(assemble(fragments))
+    return sum_tokens(m.tokens for m in measures)
 
 
 def sum_tokens(values: Iterable[int | None]) -> int | None:

@@ -19,9 +19,9 @@ from .accounting import (
     TokenCounter,
     as_counter,
     assemble,
+    input_tokens,
     measure_fragment,
     measure_messages,
-    sum_tokens,
 )
 from .content import plain_copy
 from .content import snapshot as content_snapshot
@@ -165,13 +165,14 @@ def _copied(plan: ContextPlan) -> ContextPlan:
     )
 
 
-def _usage(measures: Sequence[FragmentMeasure]) -> Totals:
+def _usage(fragments: Sequence[Fragment], measures: Sequence[FragmentMeasure],
+           counter: TokenCounter | None) -> Totals:
     chars = messages = opaque = 0
     for m in measures:
         chars += m.chars
         messages += m.messages
         opaque += m.opaque_parts
-    return Totals(chars, sum_tokens(m.tokens for m in measures), messages, len(measures),
+    return Totals(chars, input_tokens(fragments, measures, counter), messages, len(measures),
                   opaque)
 
 
@@ -267,7 +268,7 @@ class _Run:
             self.emit("context.started", {"mode": policy.mode, "fragments": len(plan.fragments),
                                           "kernel": _kernel.IMPLEMENTATION})
         measures_before = [ctx.measure(f) for f in plan.fragments]
-        before = _usage(measures_before)
+        before = _usage(plan.fragments, measures_before, self.counter)
         if listening:
             self.emit("context.measured", {"usage": before})
         snapshot = None
@@ -298,13 +299,13 @@ class _Run:
                 known[id(f)] if id(f) in known else measure_fragment(f, self.counter)
                 for f in outcome.fragments
             ]
-            after = _usage(measures_after)
+            after = _usage(outcome.fragments, measures_after, self.counter)
             outcome, warnings = self._checked_claims(
                 plan, outcome, before, measures_before, measures_after
             )
         else:
             measures_after = [ctx.measure(f) for f in outcome.fragments]
-            after = _usage(measures_after)
+            after = _usage(outcome.fragments, measures_after, self.counter)
         data = self._report(plan, outcome, before, after, measures_before, measures_after,
                             warnings)
         fragments = list(outcome.fragments)
@@ -509,6 +510,7 @@ class _Run:
             fragments=fragments,
             warnings=found,
             audit=outcome.audit,
+            counter=self.counter.name if self.counter is not None else None,
         )
 
 
@@ -628,6 +630,7 @@ def fused_report_json(
         "warnings": [flat_json(_pairing_warning(ids[i], index, code, cid))
                      for i, index, code, cid in found],
         "audit": None,
+        "counter": None,
     }
 
 

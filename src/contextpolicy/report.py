@@ -158,6 +158,8 @@ class ContextReport(_Report):
     fragments: list[FragmentUsage]
     warnings: list[PlanWarning]
     audit: AuditReport | None = None
+    counter: str | None = None
+    """The name of the token counter the figures were counted with (``None``: no tokens)."""
 
 
 @dataclass(frozen=True)
@@ -307,20 +309,22 @@ class ReportData:
     """A :class:`ContextReport` as plain measured records (the same attributes, with
     :class:`Totals` for ``before``/``after`` and tuples for ``fragments``)."""
 
-    __slots__ = ("after", "audit", "before", "fragments", "implementation", "kernel", "mode",
-                 "steps", "target", "target_reached", "trigger", "triggered", "warnings")
+    __slots__ = ("after", "audit", "before", "counter", "fragments", "implementation", "kernel",
+                 "mode", "steps", "target", "target_reached", "trigger", "triggered",
+                 "warnings")
 
     def __init__(
         self, *, mode: str, kernel: str, implementation: str, triggered: bool,
         trigger: tuple[int | None, int | None] | None,
         target: tuple[int | None, int | None] | None, before: Totals, after: Totals,
         target_reached: bool | None, steps: list[StepReport], fragments: list[tuple[Any, ...]],
-        warnings: list[PlanWarning], audit: AuditReport | None,
+        warnings: list[PlanWarning], audit: AuditReport | None, counter: str | None = None,
     ) -> None:
         self.mode, self.kernel, self.implementation = mode, kernel, implementation
         self.triggered, self.trigger, self.target = triggered, trigger, target
         self.before, self.after, self.target_reached = before, after, target_reached
         self.steps, self.fragments, self.warnings, self.audit = steps, fragments, warnings, audit
+        self.counter = counter
 
     def model(self) -> ContextReport:
         def mark(w: tuple[int | None, int | None] | None) -> Watermark | None:
@@ -334,7 +338,7 @@ class ReportData:
             "steps": list(self.steps),
             "fragments": [built(FragmentUsage, dict(zip(_USAGE_FIELDS, f, strict=True)))
                           for f in self.fragments],
-            "warnings": list(self.warnings), "audit": self.audit,
+            "warnings": list(self.warnings), "audit": self.audit, "counter": self.counter,
         })
 
     def json(self) -> dict[str, Any]:
@@ -350,4 +354,5 @@ class ReportData:
             "fragments": [dict(zip(_USAGE_ALIASES, f, strict=True)) for f in self.fragments],
             "warnings": [flat_json(w) for w in self.warnings],
             "audit": None if self.audit is None else self.audit.to_json_dict(),
+            "counter": self.counter,
         }

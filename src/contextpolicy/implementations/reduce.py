@@ -16,7 +16,7 @@ from typing import Any
 from .._build import built
 from .._read import exact_str
 from .._tables import GROUPING_CODES
-from ..accounting import FragmentMeasure, measure_messages
+from ..accounting import FragmentMeasure, input_tokens, measure_messages
 from ..content import plain_copy
 from ..errors import ContextCancelledError, ContextPlanError, ContextStepError
 from ..plan import Fragment
@@ -37,7 +37,7 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
     position = {f.id: i for i, f in enumerate(fragments)}
     measures = [ctx.measure(f) for f in fragments]
     chars = sum(m.chars for m in measures)
-    tokens = None if ctx.counter is None else sum(m.tokens or 0 for m in measures)
+    tokens = input_tokens(fragments, measures, ctx.counter)
     fired = triggered(policy, chars, tokens)
     if fired and ctx.listening:
         ctx.emit("context.triggered", chars=chars, tokens=tokens,
@@ -76,7 +76,9 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
             fragments[i], measures[i] = new, after
             ctx.remember(new, after)
             chars += after.chars - before.chars
-            if tokens is not None:
+            if ctx.counter is not None and ctx.counter.counts_messages:
+                tokens = input_tokens(fragments, measures, ctx.counter)  # framing: recounted
+            elif tokens is not None:
                 tokens += (after.tokens or 0) - (before.tokens or 0)
         if ctx.listening:
             ctx.emit("step.completed", step=report, chars=chars, tokens=tokens)
