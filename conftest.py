@@ -10,7 +10,9 @@ pytest run. A missing compiled module is an error, never a silent skip, unless
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -24,6 +26,26 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         "--no-c-extensions", action="store_true", default=False,
         help="run without the compiled kernel: deselect the tests marked c_extension",
     )
+
+
+_EXTRAS_MODULE = re.compile(r"^pytestmark = \[?pytest\.mark\.extras\b", re.M)
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """A module of the optional extras' suites (``pytestmark = pytest.mark.extras``) is not even
+    imported when the run deselects them (the default ``-m 'not extras'``), so that the main
+    suite needs none of the extras installed; ``-m extras`` collects them, and then a missing
+    extra is an import error, never a skip."""
+    if collection_path.suffix != ".py" or not collection_path.name.startswith("test_"):
+        return None
+    expr = config.getoption("markexpr") or ""
+    if not expr.strip() or re.search(r"(?<!not )\bextras\b", expr):
+        return None
+    try:
+        text = collection_path.read_text("utf-8")
+    except OSError:
+        return None
+    return True if _EXTRAS_MODULE.search(text) else None
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -493,3 +493,49 @@ def test_json_content_nested_deeply_is_a_clear_error(depth):
         reduce_table(pa.table({"messages": arr}), POLICY)
     assert exc.value.codes == ["too-deep"]
     assert exc.value.issues[0].path.startswith("messages[0][0].content")
+
+
+# ---------------------------------------------------------------------------------------------
+# Responses items and thinking blocks
+
+def test_responses_items_in_a_table_go_through_the_object_path():
+    from .test_formats import responses_turn
+
+    rows = [[*responses_turn(0, calls=2), *responses_turn(1), {"role": "user", "content": "go"}],
+            [{"role": "user", "content": "plain chat"}, {"role": "assistant", "content": "hi"},
+             {"role": "user", "content": "again"}]]
+    table = pa.table({"messages": [[{**m, "content": str(m["content"])} if "content" in m
+                                    and not isinstance(m["content"], str) else m for m in row]
+                                   for row in rows]})
+    policy = reduce_policy(trim(120, 0, "message"), trigger=100, target=None)
+    out = reduce_table(table, policy)
+    # Typed items are read by the object path (a call is no chat message); plain chat is not.
+    assert out.figures.column("path").to_pylist() == ["object", "columnar"]
+    assert_rows_match(table, policy, out)
+
+
+@pytest.mark.parametrize("with_thinking", [True, False])
+def test_thinking_blocks_are_counted_on_the_columnar_path(with_thinking):
+    part = pa.struct([("type", pa.string()), ("text", pa.string()), ("thinking", pa.string()),
+                      ("signature", pa.string())])
+    message = pa.struct([("role", pa.string()), ("content", pa.list_(part))])
+    think = ({"type": "thinking", "text": None, "thinking": "mull it over", "signature": "s="}
+             if with_thinking else
+             {"type": "thinking", "text": None, "thinking": None, "signature": "s="})
+    rows = [[{"role": "user", "content": [{"type": "text", "text": "q" * 40, "thinking": None,
+                                           "signature": None}]},
+             {"role": "assistant", "content": [think, {"type": "text", "text": "a" * 30,
+                                                       "thinking": None, "signature": None}]},
+             {"role": "user", "content": [{"type": "text", "text": "next", "thinking": None,
+                                           "signature": None}]}]]
+    table = pa.table({"messages": pa.array(rows, type=pa.list_(message))})
+    policy = {"mode": "validate"}
+    if not with_thinking:  # a thinking block without its text: the object path's error
+        with pytest.raises(ContextPlanError) as caught:
+            reduce_table(table, policy)
+        assert caught.value.issues[0].path == "messages[0][1].content[0].thinking"
+        return
+    out = reduce_table(table, policy)
+    assert out.figures.column("path").to_pylist() == ["columnar"]
+    assert out.figures.column("chars_before").to_pylist() == [40 + 12 + 30 + 4]
+    assert_rows_match(table, policy, out)
