@@ -1121,6 +1121,25 @@ def message_text_pieces(message, Py_ssize_t index=0, fragment_id=None):
     return acc.pieces
 
 
+def text_pieces(messages, fragment_id=None):
+    """``message_text_pieces`` of every message in one pass, and where each message's pieces
+    end (see the twin)."""
+    _check_list(messages, fragment_id)
+    cdef _Acc acc = _Acc()
+    cdef int8_t code = 0
+    cdef Py_ssize_t i, n = PyList_GET_SIZE(messages)
+    cdef list ends = []
+    acc.pieces = []
+    for i in range(n):
+        if i >= PyList_GET_SIZE(messages):
+            raise _changed(fragment_id)
+        _message(<object>PyList_GET_ITEM(messages, i), acc, i, fragment_id, &code)
+        ends.append(PyList_GET_SIZE(acc.pieces))
+    if PyList_GET_SIZE(messages) != n:
+        raise _changed(fragment_id)
+    return acc.pieces, ends
+
+
 def group_offsets(flags_in, chars_in, int grouping=GROUP_USER_TURN):
     """Group messages; return (offsets, chars per group), ``len(offsets) == groups + 1``."""
     cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)

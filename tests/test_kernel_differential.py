@@ -360,3 +360,22 @@ def test_reduce_rows_never_trusts_sizes(differential):
         differential("reduce_rows", *base[:9], [(0, 0, 0)], 1, 1)
     with pytest.raises(OverflowError):
         differential("reduce_rows", *base[:9], ((0, 0, 2**63),), 1, 1)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(message, max_size=30) | st.lists(message | bad_message, max_size=10))
+def test_text_pieces_of_a_list_are_each_message_s_pieces(differential, messages):
+    # One pass for a fragment, the same pieces as message by message, the same errors.
+    try:
+        pieces, ends = differential("text_pieces", messages, "h")
+    except ContextPlanError:  # the same error from both, which is what is asserted
+        return
+    start = 0
+    for i, end in enumerate(ends):
+        assert pieces[start:end] == differential("message_text_pieces", messages[i], i, "h")
+        start = end
+    assert len(ends) == len(messages) and end_of(ends) == len(pieces)
+
+
+def end_of(ends: list[int]) -> int:
+    return ends[-1] if ends else 0

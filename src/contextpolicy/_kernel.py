@@ -41,6 +41,7 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     UNANSWERED_CODE = _impl.UNANSWERED_CODE
     reduce_transcript = _impl.reduce_transcript
     split_transcript = _impl.split_transcript
+    text_pieces = _impl.text_pieces
     role_codes_utf8 = _impl.role_codes_utf8
     tool_pairing = _impl.tool_pairing
     trim_cut = _impl.trim_cut

@@ -65,6 +65,7 @@ __all__ = [
     "reduce_transcript",
     "role_codes_utf8",
     "split_transcript",
+    "text_pieces",
     "tool_pairing",
     "trim_cut",
     "trim_cut_many",
@@ -366,6 +367,29 @@ def message_text_pieces(message: Any, index: int = 0, fragment_id: str | None = 
     pieces: list[str] = []
     _message(message, _Acc(pieces), index, fragment_id)
     return pieces
+
+
+def text_pieces(messages: list[Any], fragment_id: str | None = None) -> tuple[list[str], list[int]]:
+    """:func:`message_text_pieces` of every message in one pass: the pieces in order, and
+    where each message's pieces end (the same checks and errors as :func:`measure_messages`)."""
+    if not isinstance(messages, list):
+        raise ContextPlanError(
+            f"expected a list of messages, got {type(messages).__name__}",
+            path=f"fragments[{fragment_id}].messages" if fragment_id is not None else "messages",
+            code="invalid-messages",
+        )
+    pieces: list[str] = []
+    ends: list[int] = []
+    acc = _Acc(pieces)
+    n = list.__len__(messages)
+    for i in range(n):
+        if i >= list.__len__(messages):
+            raise _changed(fragment_id)
+        _message(list.__getitem__(messages, i), acc, i, fragment_id)
+        ends.append(len(pieces))
+    if list.__len__(messages) != n:
+        raise _changed(fragment_id)
+    return pieces, ends
 
 
 def group_offsets(

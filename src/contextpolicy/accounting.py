@@ -44,7 +44,7 @@ class TokenCounter:
     ``exact`` its own ``exact`` (``None`` when it does not say).
     """
 
-    __slots__ = ("_count_messages", "_count_text", "exact", "name", "source")
+    __slots__ = ("_count_messages", "_count_text", "_count_texts", "exact", "name", "source")
 
     def __init__(self, counter: Callable[[str], int] | TextCounter | TokenCounter) -> None:
         if isinstance(counter, TokenCounter):
@@ -63,6 +63,8 @@ class TokenCounter:
             )
         count_messages = getattr(counter, "count_messages", None)
         self._count_messages = count_messages if callable(count_messages) else None
+        count_texts = getattr(counter, "count_texts", None)
+        self._count_texts = count_texts if callable(count_texts) else None
         name = getattr(counter, "name", None)
         if not isinstance(name, str) or not name:
             name = getattr(counter, "__qualname__", None) or type(counter).__qualname__
@@ -101,11 +103,44 @@ class TokenCounter:
         if self._count_messages is not None:
             # A copy: whatever the counter does to its argument, the caller's messages stay.
             return self._checked(self._count_messages(plain_copy(messages)), "count_messages")
-        total = 0
-        for i, message in enumerate(messages):
-            for piece in _kernel.message_text_pieces(message, i, fragment_id):
-                total += self.count_text(piece)
-        return total
+        return int(self.message_tokens(messages, fragment_id).sum())
+
+    def count_pieces(self, pieces: list[str]) -> list[int]:
+        """Tokens of each text piece: one ``count_texts`` call when the counter has it (a
+        whole fragment at once), else ``count_text`` piece by piece."""
+        if self._count_texts is None:
+            count = self.count_text
+            return [count(piece) for piece in pieces]
+        # A copy: whatever the counter does to its argument, the pieces stay.
+        figures = self._count_texts(list(pieces))
+        if type(figures) is not list or len(figures) != len(pieces):
+            raise ContextPolicyError(
+                f"count_texts returned {type(figures).__name__} for {len(pieces)} texts; "
+                f"expected a list of {len(pieces)} ints",
+                path="counter", code="invalid-counter-result",
+            )
+        if not set(map(type, figures)) <= {int}:
+            return [self._checked(v, "count_texts") for v in figures]
+        if figures and min(figures) < 0:
+            self._checked(min(figures), "count_texts")
+        return figures
+
+    def message_tokens(
+        self, messages: list[dict[str, Any]], fragment_id: str | None = None
+    ) -> npt.NDArray[np.int64]:
+        """Tokens of each message: the sum of the counter over its text pieces (the text that
+        chars counts), all of a fragment's pieces counted in one :meth:`count_pieces`."""
+        pieces, ends = _kernel.text_pieces(messages, fragment_id)
+        figures = self.count_pieces(pieces)
+        if sum(figures) > 2**63 - 1:  # exact in Python: numpy would wrap
+            raise ContextPolicyError(
+                "the counter's figures add up past 64 bits", path="counter",
+                code="invalid-counter-result",
+            )
+        sums = np.zeros(len(pieces) + 1, dtype=np.int64)
+        np.cumsum(np.asarray(figures, dtype=np.int64), out=sums[1:])
+        at = np.asarray(ends, dtype=np.int64)
+        return sums[at] - sums[np.concatenate((np.zeros(1, np.int64), at[:-1]))]
 
 
 def as_counter(counter: Any) -> TokenCounter | None:
@@ -118,7 +153,8 @@ class FragmentMeasure:
     messages (per message role, chars, flags and opaque parts; ``roles``, ``message_chars``,
     ``flags`` and ``opaque`` give them as numpy arrays)."""
 
-    __slots__ = ("_arrays", "chars", "kernel", "messages", "opaque_parts", "tokens")
+    __slots__ = ("_arrays", "chars", "kernel", "message_tokens", "messages", "opaque_parts",
+                 "tokens")
 
     def __init__(
         self, chars: int, messages: int, opaque_parts: int, tokens: int | None,
@@ -129,6 +165,8 @@ class FragmentMeasure:
         self.opaque_parts = opaque_parts
         self.tokens = tokens
         self.kernel = kernel
+        # Tokens per message, for a counter without framing: a tail's tokens without recounting.
+        self.message_tokens: npt.NDArray[np.int64] | None = None
         self._arrays: tuple[Any, ...] | None = None
 
     @classmethod
@@ -168,10 +206,16 @@ class FragmentMeasure:
     def opaque(self) -> npt.NDArray[np.int32] | None:
         return self._array(3)  # type: ignore[no-any-return]
 
-    def tail(self, start: int, tokens: int | None) -> FragmentMeasure:
-        """The measure of ``messages[start:]``: the same message objects, so the same figures."""
+    def tail(self, start: int, tokens: int | None = None) -> FragmentMeasure:
+        """The measure of ``messages[start:]``: the same message objects, so the same figures
+        (its tokens from the per-message figures when they were counted, else ``tokens``)."""
         assert self.kernel is not None
-        return FragmentMeasure.of(self.kernel.tail(start), tokens)
+        per = self.message_tokens
+        if per is not None:
+            tokens = int(per[start:].sum())
+        out = FragmentMeasure.of(self.kernel.tail(start), tokens)
+        out.message_tokens = None if per is None else per[start:]
+        return out
 
 
 def measure_messages(
@@ -180,8 +224,13 @@ def measure_messages(
 ) -> FragmentMeasure:
     """Measure a message list in one kernel pass (and count its tokens with ``counter``)."""
     kernel = _kernel.measure(messages, fragment_id)
-    tokens = counter.count_messages(messages, fragment_id) if counter is not None else None
-    return FragmentMeasure.of(kernel, tokens)
+    if counter is None or counter.counts_messages:
+        tokens = counter.count_messages(messages, fragment_id) if counter is not None else None
+        return FragmentMeasure.of(kernel, tokens)
+    per = counter.message_tokens(messages, fragment_id)
+    out = FragmentMeasure.of(kernel, int(per.sum()))
+    out.message_tokens = per
+    return out
 
 
 def measure_fragment(fragment: Fragment, counter: TokenCounter | None = None) -> FragmentMeasure:

@@ -114,7 +114,10 @@ def _trim(
         return fragment, before, report
     # The real storage, as the kernel measured it (a list subclass's __getitem__ may lie).
     kept = list.__getitem__(messages, slice(cut, None))
-    after = before.tail(cut, _tokens_of(ctx, kept, fragment.id))
+    # Tokens of the kept messages: from the per-message figures already counted, when the
+    # counter has no framing (count_messages recounts the kept list).
+    after = before.tail(cut, None if before.message_tokens is not None else _tokens_of(
+        ctx, kept, fragment.id))
     new = fragment.with_content(kept)
     reason = "trimmed" if after.chars <= step.target_chars else "keep-groups-floor"
     report = built(StepReport, dict(
