@@ -1,0 +1,149 @@
+"""The plan of an agent's model input and the policy checked against it, for every adapter.
+
+An adapter converts its framework's messages to plain dicts (chat dicts, or OpenAI Responses
+input items as they are) and :func:`agent_plan` splits them into the same fragments, in order,
+whatever the framework, so one policy file works in all of them:
+
+- ``instructions`` (text, kind ``system``, protected): instructions the framework keeps apart
+  from the messages (the OpenAI Agents SDK does); present when given.
+- ``system`` (kind ``system``, protected): messages given apart (LangChain's system prompt),
+  then the list's leading ``system``/``developer`` messages; present when there are any.
+- ``history`` (kind ``history``, always present, maybe empty): everything between those and
+  the question; the fragment a policy's steps usually reduce.
+- ``question`` (kind ``question``, protected): the last message that opens a turn, as the kernel
+  decides: a user message that carries no tool results (an Anthropic ``tool_result`` carrier or
+  a ``function_call_output`` never is one); present when one does.
+- ``turn`` (kind ``history``, always present, maybe empty): everything after the question, the
+  agent's work on it so far: reasoning, tool calls and their results.
+
+Tool results are not the user's question, and they are the biggest thing an agent carries, so
+they are never protected; but ``turn`` is reduced only by a step that names it (a step names one
+fragment; none names ``turn`` by default), so without one the turn in progress reaches the model
+whole. A message list is measured once here (one kernel pass) to find the question.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from .. import _kernel
+from .._tables import FLAG_OPENS_TURN
+from ..errors import ContextPlanError, ContextPolicyError, Issue
+from ..plan import ContextPlan, Fragment
+from ..policy import AuditPolicy, validate_context_policy
+from ..policy.validation import dedupe
+from ..prepared import PreparedPolicy, prepare_policy
+
+__all__ = ["FRAGMENT_IDS", "REDUCIBLE_IDS", "agent_plan", "prepare_agent_policy"]
+
+FRAGMENT_IDS = ("instructions", "system", "history", "question", "turn")
+# The fragments a step may name: the others are protected.
+REDUCIBLE_IDS = ("history", "turn")
+
+# Every fragment an agent's plan may hold, as the reference rules see them (the content is
+# irrelevant): a policy checked against these once names only fragments an adapter makes.
+_SHAPES = (
+    Fragment(id="instructions", kind="system", text=""),
+    Fragment(id="system", kind="system", messages=[]),
+    Fragment(id="history", kind="history", messages=[]),
+    Fragment(id="question", kind="question", messages=[]),
+    Fragment(id="turn", kind="history", messages=[]),
+)
+
+
+def agent_plan(
+    messages: list[Any],
+    *,
+    lead: Sequence[dict[str, Any]] = (),
+    instructions: str | None = None,
+    question: bool = True,
+    path: str = "messages",
+) -> ContextPlan:
+    """The plan of ``messages`` (see the module docstring): ``lead`` are the dicts given apart
+    that open the ``system`` fragment, ``instructions`` the text of ``instructions``.
+
+    With ``question=False`` no message is the question (a stored history, whose question
+    arrives with the next run): ``history`` holds everything after the leading system
+    messages and ``turn`` is empty. The fragments hold slices of ``messages``, whose dicts
+    are never copied. A message the kernel cannot read is a :class:`ContextPlanError` whose
+    path starts with ``path`` (``input[3].content``).
+    """
+    n = len(messages)
+    try:
+        flags = _kernel.measure_messages(messages)[2]
+        head = _kernel.split_transcript(messages)[0]
+    except ContextPlanError as exc:
+        raise _under(exc, path) from None
+    at = n
+    if question:
+        openers = np.flatnonzero(flags[head:] & FLAG_OPENS_TURN)
+        if len(openers):
+            at = head + int(openers[-1])
+    fragments: list[Fragment] = []
+    if instructions is not None:
+        fragments.append(Fragment(id="instructions", kind="system", text=instructions))
+    system = [*lead, *messages[:head]]
+    if system:
+        fragments.append(Fragment(id="system", kind="system", messages=system))
+    fragments.append(Fragment(id="history", kind="history", messages=messages[head:at]))
+    if at < n:
+        fragments.append(Fragment(id="question", kind="question", messages=messages[at:at + 1]))
+    fragments.append(Fragment(id="turn", kind="history", messages=messages[at + 1:]))
+    return ContextPlan(fragments=fragments)
+
+
+def _under(exc: ContextPlanError, path: str) -> ContextPlanError:
+    """``exc`` (whose paths start ``messages[...]``) with its paths under ``path``."""
+    issues = [Issue(path + issue.path[len("messages"):], issue.message, issue.code)
+              if issue.path.startswith("messages") else issue for issue in exc.issues]
+    out = ContextPlanError(issues)
+    out.index = exc.index
+    return out
+
+
+def prepare_agent_policy(
+    policy: Any, handlers: Mapping[str, Callable[..., Any]] | None = None, counter: Any = None
+) -> PreparedPolicy:
+    """``policy`` (a document, a typed policy or a :class:`PreparedPolicy`), its handlers and
+    its counter checked once for the plans :func:`agent_plan` makes.
+
+    Raises :class:`ContextPolicyError` with every problem at once: the policy's own (as
+    :func:`prepare_policy` finds them), a step naming a fragment other than ``history`` or
+    ``turn`` (``unknown-fragment``, ``protected-fragment``), an audit (``unsupported-mode``: a
+    model call's input has no original plan to compare with), and handlers or a counter passed
+    beside a prepared policy, which carries its own (``invalid-option``). A prepared policy that
+    passes is returned as it is.
+    """
+    issues: list[Issue] = []
+    prepared: PreparedPolicy | None = None
+    if isinstance(policy, PreparedPolicy):
+        if handlers is not None or counter is not None:
+            issues.append(Issue(
+                "handlers" if handlers is not None else "counter",
+                "a prepared policy carries its handlers and counter; pass them to "
+                "prepare_policy(...)", "invalid-option",
+            ))
+        prepared = policy
+    else:
+        try:
+            prepared = prepare_policy(policy, handlers=handlers, counter=counter)
+        except ContextPolicyError as exc:
+            issues += exc.issues
+    typed = prepared.policy if prepared is not None else policy
+    try:  # handler references were checked above, with the handlers themselves
+        validate_context_policy(typed, fragments=_SHAPES)
+    except ContextPolicyError as exc:
+        issues += exc.issues
+    if isinstance(typed, AuditPolicy) or (isinstance(typed, Mapping)
+                                          and typed.get("mode") == "audit"):
+        issues.append(Issue(
+            "mode", "an audit compares a plan with its original, which a model call's input "
+            "does not have; expected 'validate' or 'reduce'", "unsupported-mode",
+        ))
+    if issues:
+        raise ContextPolicyError(dedupe(issues))
+    assert prepared is not None
+    return prepared

@@ -1,0 +1,311 @@
+"""A context policy inside LangChain and LangGraph (extra ``[langchain]``).
+
+- :class:`ContextPolicyMiddleware`: a LangChain v1 agent middleware (``create_agent(...,
+  middleware=[...])``). ``mode="ephemeral"`` reduces what each model call is sent and leaves the
+  agent's state as it is; ``mode="persist"`` writes the reduction back to the state.
+- :func:`context_policy_node`: a LangGraph node (sync and async) that reduces a state's messages,
+  streams the policy's events through the graph's ``custom`` stream, and stops with its task.
+- :func:`langchain_token_counter`: one of this library's token counters as the
+  ``token_counter`` of LangChain's own middleware (``SummarizationMiddleware``,
+  ``ContextEditingMiddleware``), counting exactly what the policy counts.
+- :func:`to_chat_dicts`: LangChain messages as the chat dicts the policy measures, one each.
+
+The messages make the plan every adapter makes (``_agent``), so one policy file works here and
+in the OpenAI Agents SDK: ``system`` (the agent's system prompt, then the leading system
+messages) and ``question`` (the last human message that opens a turn) are protected and reach
+the model unchanged; ``history`` (what came before the question) and ``turn`` (the agent's tool
+calls and results since the question) are the fragments a policy step may name, and each is
+reduced only by a step that names it. The model is handed the original message objects the
+policy kept (ids and metadata intact, in order), never copies; a dict a compress handler wrote
+becomes a new message.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from typing import Any, cast
+
+try:
+    from langchain.agents.middleware import AgentMiddleware, AgentState, ModelRequest
+    from langchain_core.messages import AnyMessage, BaseMessage, RemoveMessage, SystemMessage
+    from langchain_core.runnables import RunnableLambda
+    from langgraph.config import get_stream_writer
+    from langgraph.graph.message import REMOVE_ALL_MESSAGES
+except ImportError as exc:  # pragma: no cover - exercised without the extra installed
+    raise ImportError(
+        "contextpolicy.adapters.langchain needs LangChain v1 and LangGraph: "
+        "pip install contextpolicy[langchain]"
+    ) from exc
+
+from ..accounting import TokenCounter
+from ..core import aprocess_context, process_context
+from ..errors import ContextPolicyError
+from ..prepared import PreparedPolicy
+from ..report import ContextEvent, ContextReport, ContextResult
+from ._agent import FRAGMENT_IDS, prepare_agent_policy
+from ._langchain_messages import Split, as_messages, chat_dicts, split_messages
+
+__all__ = [
+    "FRAGMENT_IDS",
+    "ContextPolicyMiddleware",
+    "context_policy_node",
+    "langchain_token_counter",
+    "to_chat_dicts",
+]
+
+MODES = ("ephemeral", "persist")
+# The key of every event a node streams: {"contextpolicy": event.type, **event.data}.
+STREAM_KEY = "contextpolicy"
+
+Handlers = Mapping[str, Callable[..., Any]]
+
+
+def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
+    """The chat dicts the policy measures for ``messages``, one per message (``content`` is the
+    message's own object): what ``check_input_budget`` and ``process_context`` read."""
+    return chat_dicts(messages)
+
+
+class _Runner:
+    """A policy prepared once (:func:`prepare_agent_policy`), run over message lists."""
+
+    __slots__ = ("prepared",)
+
+    def __init__(self, policy: Any, handlers: Handlers | None, counter: Any) -> None:
+        self.prepared: PreparedPolicy = prepare_agent_policy(policy, handlers, counter)
+
+    def run(
+        self, split: Split, *, on_event: Callable[[ContextEvent], None] | None = None,
+        cancel: Any = None,
+    ) -> ContextResult:
+        return process_context(split.plan, self.prepared, on_event=on_event, cancel=cancel)
+
+    async def arun(
+        self, split: Split, *, on_event: Callable[[ContextEvent], None] | None = None,
+        cancel: Any = None,
+    ) -> ContextResult:
+        return await aprocess_context(split.plan, self.prepared, on_event=on_event,
+                                      cancel=cancel)
+
+
+def _replacement(split: Split, result: ContextResult) -> list[BaseMessage] | None:
+    """The messages to put in place of the split's, or ``None`` when the policy kept them all."""
+    kept = split.kept(result)
+    return None if split.unchanged(kept) else kept
+
+
+class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
+    """A context policy on every model call of a LangChain v1 agent (``create_agent``).
+
+    ``policy``: a policy document, a typed policy or a :class:`~contextpolicy.PreparedPolicy`
+    (which carries its handlers and counter: pass neither beside it), checked once here: a bad
+    policy, an unknown handler, a token watermark without a counter, a step naming a fragment
+    other than ``history`` or ``turn``, or an audit raise
+    :class:`~contextpolicy.ContextPolicyError` at construction, every problem at once.
+
+    ``mode="ephemeral"`` (``wrap_model_call``): each call's messages are reduced for that call
+    only; the system message counts as the protected ``system`` fragment and is sent as it was;
+    the state keeps every message. ``mode="persist"`` (``before_model``): the state's messages
+    are reduced and the state is updated (``RemoveMessage(REMOVE_ALL_MESSAGES)`` and the kept
+    messages) when something was removed; the agent's system prompt is not in the state, so it
+    is not counted there.
+
+    The report of the latest call is ``last_report`` (of the instance: with concurrent runs of
+    one agent, use ``on_report``, called with each report); ``on_event`` receives every
+    :class:`~contextpolicy.ContextEvent` as it happens; ``cancel`` (a ``threading.Event``) stops
+    a run with :class:`~contextpolicy.ContextCancelledError`; ``name`` tells two instances in
+    one agent apart (a persisting one and an ephemeral one, say). Async agents (``ainvoke``)
+    run the policy with ``aprocess_context``: handlers may be coroutine functions, and
+    cancelling the task cancels the run.
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> ContextPolicyMiddleware:
+        # create_agent wires the hooks a class defines, so each mode is a class of its own.
+        if cls is ContextPolicyMiddleware and kwargs.get("mode") == "persist":
+            cls = _PersistingMiddleware
+        return object.__new__(cls)
+
+    def __init__(
+        self,
+        policy: Any,
+        *,
+        counter: Any = None,
+        handlers: Handlers | None = None,
+        mode: str = "ephemeral",
+        on_report: Callable[[ContextReport], None] | None = None,
+        on_event: Callable[[ContextEvent], None] | None = None,
+        cancel: Any = None,
+        name: str = "ContextPolicyMiddleware",
+    ) -> None:
+        super().__init__()
+        if mode not in MODES:
+            raise ContextPolicyError(f"expected 'ephemeral' or 'persist', got {mode!r}",
+                                     path="mode", code="invalid-option")
+        if (mode == "persist") != isinstance(self, _PersistingMiddleware):
+            raise TypeError(f"mode={mode!r} on a subclass of ContextPolicyMiddleware: the mode "
+                            "is the class (subclass the middleware of that mode)")
+        self.mode = mode
+        self._name = name
+        self.on_report = on_report
+        self.on_event = on_event
+        self.cancel = cancel
+        self._runner = _Runner(policy, handlers, counter)
+        self._last: ContextResult | None = None
+
+    @property
+    def name(self) -> str:
+        """The middleware's name in the agent (its hook node is ``{name}.before_model``); two
+        instances in one agent need two names."""
+        return self._name
+
+    @property
+    def policy(self) -> Any:
+        """The typed policy."""
+        return self._runner.prepared.policy
+
+    @property
+    def last_report(self) -> ContextReport | None:
+        """The report of this instance's latest run (``None`` before the first)."""
+        return None if self._last is None else self._last.report
+
+    def _finished(self, result: ContextResult) -> None:
+        self._last = result
+        if self.on_report is not None:
+            self.on_report(result.report)
+
+    def _run(self, split: Split) -> list[BaseMessage] | None:
+        result = self._runner.run(split, on_event=self.on_event, cancel=self.cancel)
+        self._finished(result)
+        return _replacement(split, result)
+
+    async def _arun(self, split: Split) -> list[BaseMessage] | None:
+        result = await self._runner.arun(split, on_event=self.on_event, cancel=self.cancel)
+        self._finished(result)
+        return _replacement(split, result)
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]
+    ) -> Any:
+        kept = self._run(_request_split(request))
+        return handler(_with_messages(request, kept))
+
+    async def awrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
+    ) -> Any:
+        kept = await self._arun(_request_split(request))
+        return await handler(_with_messages(request, kept))
+
+
+class _PersistingMiddleware(ContextPolicyMiddleware):
+    """``ContextPolicyMiddleware(mode="persist")``: the reduction is written to the state."""
+
+    # Not a model-call wrapper: create_agent wires a hook only where a class defines it.
+    wrap_model_call = AgentMiddleware.wrap_model_call  # type: ignore[assignment]
+    awrap_model_call = AgentMiddleware.awrap_model_call  # type: ignore[assignment]
+
+    def before_model(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+        kept = self._run(split_messages(state["messages"], path="state.messages"))
+        return None if kept is None else {"messages": _replace_all(kept)}
+
+    async def abefore_model(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
+        kept = await self._arun(split_messages(state["messages"], path="state.messages"))
+        return None if kept is None else {"messages": _replace_all(kept)}
+
+
+def _request_split(request: ModelRequest[Any]) -> Split:
+    system = getattr(request, "system_message", None)
+    if system is None and getattr(request, "system_prompt", None) is not None:
+        system = SystemMessage(content=request.system_prompt)  # langchain before system_message
+    return split_messages(request.messages, system, "request.messages")
+
+
+def _with_messages(
+    request: ModelRequest[Any], kept: list[BaseMessage] | None
+) -> ModelRequest[Any]:
+    """The request with the kept messages (the request itself when all were kept)."""
+    return request if kept is None else request.override(messages=cast("list[AnyMessage]", kept))
+
+
+def _replace_all(kept: list[BaseMessage]) -> list[BaseMessage]:
+    return [RemoveMessage(id=REMOVE_ALL_MESSAGES), *kept]
+
+
+def _stream_writer() -> Callable[[Any], None] | None:
+    try:
+        return get_stream_writer()
+    except (RuntimeError, KeyError):  # not inside a graph run
+        return None
+
+
+def context_policy_node(
+    policy: Any,
+    *,
+    counter: Any = None,
+    handlers: Handlers | None = None,
+    messages_key: str = "messages",
+    cancel: Any = None,
+    on_report: Callable[[ContextReport], None] | None = None,
+    name: str = "context_policy",
+) -> RunnableLambda[Mapping[str, Any], dict[str, Any]]:
+    """A LangGraph node that reduces ``state[messages_key]`` with ``policy`` (checked once, here,
+    as :class:`ContextPolicyMiddleware` checks it).
+
+    The node returns ``{messages_key: [RemoveMessage(REMOVE_ALL_MESSAGES), *kept]}`` when the
+    policy removed or replaced something (the key must use the ``add_messages`` reducer, as
+    ``MessagesState`` does; ``kept`` are the state's own message objects) and ``{}`` when
+    nothing changed. Every event is written to the graph's stream writer as
+    ``{"contextpolicy": event.type, **event.data}`` (``stream_mode="custom"`` yields them);
+    ``on_report`` receives each run's report.
+
+    It is one runnable for both worlds: ``graph.invoke`` runs ``process_context``, and
+    ``graph.ainvoke``/``astream`` run ``aprocess_context`` (coroutine handlers allowed), where
+    cancelling the graph's task cancels the run and the node writes no update. ``cancel`` (a
+    ``threading.Event``) stops either with :class:`~contextpolicy.ContextCancelledError`.
+    """
+    runner = _Runner(policy, handlers, counter)
+    path = f"state.{messages_key}"
+
+    def events() -> Callable[[ContextEvent], None] | None:
+        writer = _stream_writer()
+        if writer is None:
+            return None
+        return lambda event: writer({STREAM_KEY: event.type, **event.data})
+
+    def update(split: Split, result: ContextResult) -> dict[str, Any]:
+        if on_report is not None:
+            on_report(result.report)
+        kept = _replacement(split, result)
+        return {} if kept is None else {messages_key: _replace_all(kept)}
+
+    def reduce_state(state: Mapping[str, Any]) -> dict[str, Any]:
+        split = split_messages(state[messages_key], path=path)
+        return update(split, runner.run(split, on_event=events(), cancel=cancel))
+
+    async def areduce_state(state: Mapping[str, Any]) -> dict[str, Any]:
+        split = split_messages(state[messages_key], path=path)
+        return update(split, await runner.arun(split, on_event=events(), cancel=cancel))
+
+    return RunnableLambda(reduce_state, afunc=areduce_state, name=name)
+
+
+def langchain_token_counter(counter: Any) -> Callable[[Iterable[Any]], int]:
+    """``counter`` (a callable ``str -> int`` or an object with ``count_text``, and optionally
+    ``count_messages``) as a LangChain token counter: a function of a list of messages (or
+    anything LangChain converts to messages) to tokens, for the ``token_counter`` of
+    ``SummarizationMiddleware`` and ``ContextEditingMiddleware``.
+
+    It counts what this library counts for the same messages: ``count_messages`` of their chat
+    dicts (:func:`to_chat_dicts`) when the counter has it, else ``count_text`` over every text
+    piece the characters count (``check_input_budget(to_chat_dicts(m), counter=counter)``).
+    A counter that is neither raises :class:`~contextpolicy.ContextPolicyError` here.
+    """
+    tc = TokenCounter(counter)
+
+    def count_tokens(messages: Iterable[Any]) -> int:
+        return tc.count_messages(chat_dicts(as_messages(messages)))
+
+    name = getattr(counter, "name", None)
+    count_tokens.__qualname__ = count_tokens.__name__ = (
+        f"contextpolicy_{name}" if isinstance(name, str) else "contextpolicy_tokens"
+    )
+    return count_tokens
