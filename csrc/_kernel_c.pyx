@@ -32,6 +32,7 @@ cdef extern from "Python.h":
     void Py_INCREF(PyObject* o)
     void Py_XDECREF(PyObject* o)
     bint PyUnicode_Check_ptr "PyUnicode_Check"(PyObject* o)
+    bint PyUnicode_CheckExact_ptr "PyUnicode_CheckExact"(PyObject* o)
     Py_ssize_t PyList_GET_SIZE(object lst)
     PyObject* PyList_GET_ITEM(object lst, Py_ssize_t i)
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
@@ -114,6 +115,12 @@ TABLES = _built_tables()
 # objects of a transcript are few (json.loads shares them), so a pointer cache answers almost
 # every key without touching it. Cached keys are owned (a reference is held), so a cached
 # pointer can never be reused by another object.
+#
+# Only exact str keys are cached. Releasing a cached key (when another key takes its slot) may
+# free it, and freeing an exact str runs no Python code; freeing a str subclass with a __del__,
+# an object key with one, or a tuple key holding one would run that code in the middle of a
+# _scan, which could change the dict being scanned and free the values it has found but not
+# yet taken (a use after free). Other keys are matched by their text each time.
 cdef enum:
     KEY_CACHE = 256
 
@@ -124,13 +131,17 @@ memset(_cache_key, 0, sizeof(_cache_key))
 
 cdef int _key_code_slow(PyObject* key, size_t slot) noexcept:
     cdef int code = CP_KEY_OTHER
-    cdef object k = <object>key
-    if PyUnicode_Check_ptr(key) and PyUnicode_KIND(k) == PyUnicode_1BYTE_KIND:
-        code = cp_key_code(<const char*>PyUnicode_DATA(k), PyUnicode_GET_LENGTH(k))
-    Py_INCREF(key)
-    Py_XDECREF(_cache_key[slot])
-    _cache_key[slot] = key
-    _cache_code[slot] = code
+    cdef PyObject* old
+    if PyUnicode_Check_ptr(key) and PyUnicode_KIND(<object>key) == PyUnicode_1BYTE_KIND:
+        code = cp_key_code(<const char*>PyUnicode_DATA(<object>key),
+                           PyUnicode_GET_LENGTH(<object>key))
+    if PyUnicode_CheckExact_ptr(key):
+        # The slot holds the new key before the old one is released.
+        old = _cache_key[slot]
+        Py_INCREF(key)
+        _cache_key[slot] = key
+        _cache_code[slot] = code
+        Py_XDECREF(old)
     return code
 
 
@@ -246,6 +257,9 @@ cdef inline object _exact(object s):
 # order on both kernels, and never while this walk holds a value.
 cdef int _JSON_MAX_DEPTH = 64
 cdef int64_t NOT_NATIVE = -3
+# Longer than any str can be: such a value goes to the encoder (which fails as it does on the
+# twin), and no length sum can wrap (each part is at most this, or a str that exists).
+cdef int64_t _JSON_MAX_LENGTH = (<int64_t>1) << 60
 
 
 cdef inline int64_t _json_str_len(object s) except -1:
@@ -311,14 +325,17 @@ cdef int64_t _json_len(object value, int depth) except -1:
             item_len = _json_len(<object>v, depth + 1)
             if item_len < 0:
                 return NOT_NATIVE
-            total += _json_str_len(<object>k) + 1 + item_len
+            item_len += _json_str_len(<object>k) + 1
+            if item_len > _JSON_MAX_LENGTH - total:
+                return NOT_NATIVE
+            total += item_len
         return total
     if PyList_CheckExact(value) or PyTuple_CheckExact(value):
         n = len(value)
         total = 2 + (n - 1 if n > 0 else 0)
         for i in range(n):
             item_len = _json_len(value[i], depth + 1)
-            if item_len < 0:
+            if item_len < 0 or item_len > _JSON_MAX_LENGTH - total:
                 return NOT_NATIVE
             total += item_len
         return total
@@ -1340,6 +1357,27 @@ cdef inline Py_ssize_t _cut(const int64_t* group_chars, Py_ssize_t n, int64_t ke
     return n - kept
 
 
+cdef inline bint _any_negative(const int64_t* values, Py_ssize_t lo,
+                               Py_ssize_t hi) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(lo, hi):
+        if values[i] < 0:
+            return True
+    return False
+
+
+cdef inline bint _sum_overflows(const int64_t* values, Py_ssize_t lo,
+                                Py_ssize_t hi) noexcept nogil:
+    # Whether values[lo:hi] (each >= 0) add up to more than 64 bits hold.
+    cdef int64_t total = 0
+    cdef Py_ssize_t i
+    for i in range(lo, hi):
+        if values[i] > INT64_MAX - total:
+            return True
+        total += values[i]
+    return False
+
+
 def trim_cut(group_chars_in, int64_t keep_groups, int64_t target_chars):
     """First group kept by a trim (see the twin)."""
     if keep_groups < 0 or target_chars < 0:
@@ -1348,6 +1386,11 @@ def trim_cut(group_chars_in, int64_t keep_groups, int64_t target_chars):
     cdef Py_ssize_t n = group_chars.shape[0]
     if n == 0:
         return 0
+    # A sum that wrapped (or chars below zero) would cut in the wrong place.
+    if _any_negative(&group_chars[0], 0, n):
+        raise ValueError("group_chars must be >= 0")
+    if _sum_overflows(&group_chars[0], 0, n):
+        raise ValueError("group_chars add up to more than 64 bits hold")
     return _cut(&group_chars[0], n, keep_groups, target_chars)
 
 
@@ -1577,6 +1620,14 @@ def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t
         raise ValueError(f"flags and chars differ in length ({flags.shape[0]} != {chars.shape[0]})")
     if keep_groups < 0 or target_chars < 0:
         raise ValueError("keep_groups and target_chars must be >= 0")
+    cdef Py_ssize_t r, i, a, b, n = off.shape[0] - 1
+    if chars.shape[0]:
+        # A sum that wrapped (or chars below zero) would cut in the wrong place.
+        if _any_negative(&chars[0], 0, chars.shape[0]):
+            raise ValueError("chars must be >= 0")
+        for r in range(n):
+            if _sum_overflows(&chars[0], off[r], off[r + 1]):
+                raise ValueError(f"the chars of row {r} add up to more than 64 bits hold")
     cdef uint8_t mask
     cdef bint invert
     if grouping == GROUP_USER_TURN:
@@ -1585,7 +1636,6 @@ def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t
         mask, invert = F_RESULT, True
     else:
         raise ValueError(f"unknown grouping code {grouping}")
-    cdef Py_ssize_t r, i, a, b, n = off.shape[0] - 1
     first_a = np.empty(n, dtype=np.int64)
     before_a = np.empty(n, dtype=np.int64)
     after_a = np.empty(n, dtype=np.int64)

@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 # ---------------------------------------------------------------------------------------------
 # Objects that lie
 
@@ -333,6 +335,42 @@ def _lying_fragment_list(kernel: Any) -> Any:
     return None if raw is None else raw[8]
 
 
+class _SelfEmptyingFragment:
+    """A fragment-like object whose ``id`` empties the fragment list that holds it, and whose
+    ``protected`` must not be read (its kind already says it is protected)."""
+
+    def __init__(self, holder: list[Any], fid: str, kind: str, empties: bool) -> None:
+        self.holder, self.fid, self.kind, self.empties = holder, fid, kind, empties
+        self.messages = [{"role": "user", "content": "abc"}]
+        self.text = None
+        self.assembled_role = "user"
+
+    @property
+    def id(self) -> str:
+        if self.empties:
+            self.holder.clear()
+        return self.fid
+
+    @property
+    def protected(self) -> bool:
+        raise RuntimeError("protected was read")
+
+
+def _plan_emptied_while_read(step_on: str, emptied_by: int) -> Callable[[Any], Any]:
+    # reduce_plan reads the list as it is at each point: a fragment gone since is no fragment to
+    # trim (None: the caller takes the general path), never an IndexError.
+    def run(kernel: Any) -> Any:
+        from contextpolicy import PROTECTED_KINDS
+
+        holder: list[Any] = []
+        holder += [_SelfEmptyingFragment(holder, "history", "history", emptied_by == 0),
+                   _SelfEmptyingFragment(holder, "system", "system", emptied_by == 1)]
+        raw = kernel.reduce_plan(holder, ((step_on, 0, 0, 0),), 0, 0, None, PROTECTED_KINDS)
+        return None if raw is None else raw[8]
+
+    return run
+
+
 def _output_contains_itself() -> list[Any]:
     output: list[Any] = []
     output.append({"type": "tool_result", "tool_use_id": "t", "content": output})
@@ -370,7 +408,135 @@ def _item_turns_into_message() -> list[Any]:
     return [item, {"type": "function_call_output", "call_id": "c", "output": "r"}]
 
 
+def _key_released_mid_scan(str_key: bool) -> Callable[[Any], Any]:
+    # A dict key with a __del__ that nothing but a key cache still holds. A kernel that released
+    # it while scanning a message (another key taking its cache slot: the compiled kernel's
+    # cache is indexed by address) would run that __del__ in the middle of the scan; it clears
+    # the message, freeing the values the scan had found and not yet taken.
+    def run(kernel: Any) -> Any:
+        victim: dict[Any, Any] = {}
+        measuring, during = [False], [False]
+
+        def released() -> None:
+            during[0] = during[0] or measuring[0]
+            victim.clear()
+
+        if str_key:
+            class StrKey(str):
+                def __del__(self) -> None:
+                    released()
+
+            key: Any = StrKey("not-a-key-the-kernel-reads")
+        else:
+            class ObjectKey:
+                def __del__(self) -> None:
+                    released()
+
+            key = ObjectKey()
+        kernel.measure_messages([{"role": "user", "content": "x", key: 1}])
+        slot = (id(key) >> 4) & 255
+        del key
+        pool = []  # held, so that each candidate is a new object at a new address
+        for n in range(1_000_000):
+            other = "".join(["q" * (n % 97 + 1), str(n)])
+            if (id(other) >> 4) & 255 == slot:
+                break
+            pool.append(other)
+        victim["role"] = "user"
+        victim["content"] = [{"type": "text", "text": "b" * 1000} for _ in range(50)]
+        victim[other] = 0  # scanned last: the content was found before it
+        measuring[0] = True
+        try:
+            figures = _measure(kernel, [victim])
+        finally:
+            measuring[0] = False
+        return [figures, during[0]]
+
+    return run
+
+
+def _cut_case(call: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def listed(value: Any) -> Any:
+        return [a.tolist() for a in value] if isinstance(value, tuple) else value
+
+    return lambda kernel: _caught(lambda: listed(call(kernel)))
+
+
+def _json_pieces(value: Any) -> Callable[[Any], Any]:
+    # The compact JSON of a tool_use input, a function_call's arguments and a tool call's
+    # arguments, as each kernel writes it (the compiled one natively, for exact types).
+    def run(kernel: Any) -> Any:
+        msgs = [tool_use(value), {"type": "function_call", "call_id": "c", "arguments": value},
+                {"role": "assistant", "tool_calls": [{"id": "c", "function": {
+                    "arguments": value}}]}]
+        pieces, ends = kernel.text_pieces(msgs, "h")
+        # ascii(): lone surrogates survive the trip through this process's JSON output.
+        return [[type(p).__name__, ascii(p)] for p in pieces] + [ends]
+
+    return run
+
+
+def compact_json(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# Tool inputs of exact types, which the compiled kernel writes as JSON itself.
+JSON_VALUES: dict[str, Any] = {
+    "json-int64-boundaries": [2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 0, -1, 2**64,
+                              (2**31, -(2**31)), {"k": -(2**63)}],
+    "json-every-control-char": {"".join(map(chr, range(32))): "".join(map(chr, range(32)))
+                                + '"\\\x7f/'},
+    "json-widest-char-in-a-key": {"\U0001f600": "a", "b": ["é", "\u0100"]},
+    "json-widest-char-last": ["a", {"k": "é"}, ["\u0100", ("\U0010ffff",)]],
+    "json-one-byte-key-four-byte-value": {"a": "\U0001f600", "é": 1},
+    "json-lone-surrogates": {"\ud800": ["\udfff", "\ud83d\ude00", "\udbff"]},
+    "json-empty-containers": [[], {}, (), [[]], {"": {}}, "", [()]],
+    "json-huge-string": ["\x00\"\\é😀" * 20_000],
+}
+
+
+def _clears_its_own_list() -> list[Any]:
+    # The encoder reads a dict subclass's items(), which clears the list that holds it.
+    value: list[Any] = [1, "two"]
+    value.append(OnItems(lambda: value.clear(), {"k": [3]}))
+    value.append("never")
+    return [tool_use(value)]
+
+
+def _arguments_change_the_call() -> list[Any]:
+    # The encoder runs items() of the arguments, which empties the call and the parts of the
+    # message after it.
+    parts: list[Any] = [{"type": "thinking", "thinking": "abc", "signature": "s"}]
+    call: dict[str, Any] = {"type": "function_call", "call_id": "c", "name": "f"}
+
+    def change() -> None:
+        call.clear()
+        parts.clear()
+
+    call["arguments"] = OnItems(change, {"q": "é😀"})
+    return [call, {"role": "assistant", "content": parts}]
+
+
 CASES: dict[str, Callable[[Any], Any]] = {
+    "key-released-mid-scan-str-subclass": _key_released_mid_scan(True),
+    "key-released-mid-scan-object": _key_released_mid_scan(False),
+    "trim-cut-of-negative-group-chars": _cut_case(
+        lambda k: k.trim_cut(np.array([5, -10, 3]), 0, 0)),
+    "trim-cut-of-group-chars-past-64-bits": _cut_case(
+        lambda k: k.trim_cut(np.array([2**63 - 1, 1]), 0, 5)),
+    "trim-cut-many-of-negative-chars": _cut_case(lambda k: k.trim_cut_many(
+        np.array([0, 3]), np.array([1, 1, 1], dtype=np.uint8), np.array([5, -10, 3]), 0, 0)),
+    "trim-cut-many-of-chars-past-64-bits": _cut_case(lambda k: k.trim_cut_many(
+        np.array([0, 1, 3]), np.array([1, 1, 1], dtype=np.uint8),
+        np.array([2**63 - 1, 2**62, 2**62]), 0, 5)),
+    **{name: _json_pieces(value) for name, value in JSON_VALUES.items()},
+    "json-nesting-around-the-native-limit": lambda kernel: [
+        _json_pieces(deep_list(levels))(kernel)[1][1] == ascii(compact_json(deep_list(levels)))
+        for levels in range(60, 70)],
+    "json-input-clears-its-own-list": _measure_case(_clears_its_own_list),
+    "item-arguments-empty-the-call-and-the-parts": _measure_case(_arguments_change_the_call),
+    "plan-emptied-by-its-last-fragment": _plan_emptied_while_read("history", 1),
+    "plan-step-on-a-protected-kind": _plan_emptied_while_read("system", -1),
     "item-output-contains-itself": _measure_case(_output_contains_itself),
     "item-output-nesting-at-the-limit": _measure_case(lambda: [
         {"type": "function_call_output", "call_id": "c",

@@ -18,7 +18,7 @@ import pytest
 
 from contextpolicy._tables import MAX_NESTING
 
-from .hostile import CASES
+from .hostile import CASES, JSON_VALUES, compact_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,6 +94,35 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "handler-strips-roles-then-fails": ("value", [
         "failed", "wrong-shape", ["orphan-tool-result"], ["user", "assistant", "tool", "user"],
     ]),
+    # A key with a __del__ (a str subclass, an object) is never released by the kernel while it
+    # scans a dict: the __del__ runs when the caller drops the key, never mid-scan.
+    "key-released-mid-scan-str-subclass": ("value", [[[3], [50000], [1], [0]], False]),
+    "key-released-mid-scan-object": ("value", [[[3], [50000], [1], [0]], False]),
+    # Chars below zero or past 64 bits: a clear error, never a cut at a wrapped sum.
+    "trim-cut-of-negative-group-chars": ("value", ["ValueError", "group_chars must be >= 0"]),
+    "trim-cut-of-group-chars-past-64-bits": (
+        "value", ["ValueError", "group_chars add up to more than 64 bits hold"]),
+    "trim-cut-many-of-negative-chars": ("value", ["ValueError", "chars must be >= 0"]),
+    "trim-cut-many-of-chars-past-64-bits": (
+        "value", ["ValueError", "the chars of row 1 add up to more than 64 bits hold"]),
+    # The compiled kernel's own JSON writer: json.dumps(value, separators=(",", ":"),
+    # ensure_ascii=False), character for character (tool_use input, function_call arguments,
+    # tool_calls arguments), and at every depth around where it hands over to the encoder.
+    **{name: ("value", [["str", ascii("f")], *[["str", ascii(compact_json(value))]] * 3,
+                        [2, 3, 4]])
+       for name, value in JSON_VALUES.items()},
+    "json-nesting-around-the-native-limit": ("value", [True] * 10),
+    # reduce_plan reads the fragment list as it is after a fragment's Python code emptied it,
+    # and a protected kind is declined before ``protected`` is read.
+    "plan-emptied-by-its-last-fragment": ("value", None),
+    "plan-step-on-a-protected-kind": ("value", None),
+    # The encoder runs items(), which clears the list being encoded: both stop where it ends.
+    "json-input-clears-its-own-list": ("value", [[4], [1 + len('[1,"two",{"k":[3]}]')], [4],
+                                                 [0]]),
+    # Every key of the call is read before its arguments run Python code; the next message is
+    # read as it is when its turn comes.
+    "item-arguments-empty-the-call-and-the-parts": (
+        "value", [[0, 4], [1 + len('{"q":"é😀"}'), 0], [4, 0], [0, 0]]),
 }
 
 

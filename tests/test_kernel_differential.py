@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextpolicy._tables import ROLE_NAMES
+from contextpolicy._tables import (
+    FLAG_GLUES_NEXT,
+    FLAG_OPENS_TURN,
+    FLAG_TOOL_CALLS,
+    FLAG_TOOL_RESULT,
+    ROLE_NAMES,
+)
 from contextpolicy.errors import ContextPlanError
 
-from .strategies import bad_message, histories, message, text
+from .strategies import bad_message, histories, json_value, message, text
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -243,13 +252,7 @@ def test_one_call_reductions_agree(differential, history, trims, trigger, waterm
 def row_arrays(draw):
     """Arrays as reduce_rows takes them: roles, flags and chars per message, call and result
     codes from a small id space (so that calls, results and orphans meet), a few rows."""
-    from contextpolicy._tables import (
-        FLAG_OPENS_TURN,
-        FLAG_TOOL_CALLS,
-        FLAG_TOOL_RESULT,
-        ROLE_TOOL,
-        ROLE_USER,
-    )
+    from contextpolicy._tables import ROLE_TOOL, ROLE_USER
 
     rows = draw(st.lists(st.integers(0, 12), min_size=0, max_size=6))
     m = sum(rows)
@@ -261,6 +264,8 @@ def row_arrays(draw):
         f = FLAG_OPENS_TURN if r == ROLE_USER else 0
         if r == ROLE_TOOL or draw(st.integers(0, 3)) == 0:
             f |= FLAG_TOOL_RESULT
+        if draw(st.integers(0, 4)) == 0:  # a reasoning item: glued to the message after it
+            f |= FLAG_GLUES_NEXT
         mine = draw(st.lists(st.integers(-1, ncodes - 1), max_size=2)) if ncodes else []
         if mine:
             f |= FLAG_TOOL_CALLS
@@ -379,3 +384,362 @@ def test_text_pieces_of_a_list_are_each_message_s_pieces(differential, messages)
 
 def end_of(ends: list[int]) -> int:
     return ends[-1] if ends else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# The compiled kernel's compact JSON writer, against both twins and json.dumps itself
+
+def compact_json(value):
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+
+
+# What the native writer must get right: every escape, the widest character of a value in any
+# place (a 1-byte key with a 4-byte value, a lone surrogate last), ints at the 64-bit edges
+# (which it writes) and past them (which go to the encoder), tuples, empty containers.
+edge_chars = st.sampled_from([
+    "a", "é", "\xff", "\u0100", "\u2028", "\uffff", "\ud800", "\udfff", "\ud83d", "😀",
+    "\U0010ffff", "\x00", "\x01", "\x08", "\t", "\n", "\x0b", "\x0c", "\r", "\x1f", "\x7f", '"',
+    "\\", "/", " ",
+])
+edge_text = st.lists(edge_chars, max_size=8).map("".join) | text
+edge_ints = st.sampled_from([
+    0, -1, 9, 10, -10, 2**31, -(2**31), 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**64 - 1,
+    2**64, -(2**64), 10**18, 10**19, -(10**19),
+]) | st.integers(-(2**70), 2**70)
+native_json = st.recursive(
+    st.none() | st.booleans() | edge_ints | edge_text,
+    lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=4).map(tuple)
+    | st.dictionaries(edge_text, inner, max_size=4),
+    max_leaves=24,
+)
+
+
+def _argument_pieces(value):
+    # A call's arguments (or input): a str as it is, anything else as its compact JSON.
+    if value is None:
+        return []
+    return [value] if isinstance(value, str) else [compact_json(value)]
+
+
+def json_places(value, name):
+    """Every place a JSON value is counted, and the pieces it must give there."""
+    return [
+        ({"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": name,
+                                             "input": value}]}, [name, compact_json(value)]),
+        ({"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t", "content": [
+            {"type": "text", "text": name}, {"type": "tool_use", "id": "u", "name": "",
+                                             "input": value}]}]}, [name, "", compact_json(value)]),
+        ({"type": "function_call", "call_id": "c", "name": name, "arguments": value},
+         [name, *_argument_pieces(value)]),
+        ({"type": "custom_tool_call", "call_id": "c", "name": name, "input": value},
+         [name, *_argument_pieces(value)]),
+        ({"type": "function_call_output", "call_id": "c", "output": [
+            {"type": "tool_use", "id": "t", "name": name, "input": value}]},
+         [name, compact_json(value)]),
+        ({"type": "reasoning", "summary": [{"type": "tool_use", "name": name, "input": value}]},
+         [name, compact_json(value)]),
+        ({"role": "assistant", "tool_calls": [{"id": "c", "function": {
+            "name": name, "arguments": value}}]}, [name, *_argument_pieces(value)]),
+    ]
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(native_json | json_value, text)
+def test_compact_json_is_json_dumps_on_both_kernels(differential, value, name):
+    try:
+        compact_json(value)
+    except (TypeError, ValueError):  # (an int past Python's str limit): an error on both
+        for message, _ in json_places(value, name):
+            with pytest.raises(ContextPlanError) as caught:
+                differential("message_text_pieces", message, 0, "h")
+            assert caught.value.codes == ["invalid-json"]
+        return
+    places = json_places(value, name)
+    for message, expected in places:
+        pieces = differential("message_text_pieces", message, 3, "h")
+        assert pieces == expected
+        assert all(type(p) is str for p in pieces)
+        # Counting alone (no pieces) gives the chars of the pieces.
+        chars = differential("measure_messages", [message], "h")[1]
+        assert int(chars[0]) == sum(map(len, expected))
+    # The one-pass form over a fragment: the same pieces, message after message.
+    pieces, ends = differential("text_pieces", [m for m, _ in places], "h")
+    assert pieces == [p for _, expected in places for p in expected]
+    assert ends == list(itertools.accumulate(len(e) for _, e in places))
+
+
+@pytest.mark.parametrize("depth", range(58, 72))
+@pytest.mark.parametrize("leaf", ["é", "😀", 2**63 - 1, -(2**63), 2**64, None, ("\ud800", 1.5)])
+def test_compact_json_across_the_native_depth(differential, depth, leaf):
+    # The native writer hands a value deeper than its limit to the encoder: the same text either
+    # way, with the widest character at the bottom.
+    value = leaf
+    for level in range(depth):
+        value = [value, "a"] if level % 2 else {"k": value, "😀" if level == 5 else "x": 1}
+    pieces = differential("message_text_pieces", {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "t", "name": "f", "input": value}]})
+    assert pieces == ["f", compact_json(value)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouping with reasoning items (FLAG_GLUES_NEXT), on crafted flags
+
+def oracle_groups(flags, chars, grouping):
+    """Group starts as DESIGN §2 and §9 say: a turn-opening message (user-turn) or any message
+    that is not a tool result (message), never right after a reasoning item; the first always."""
+    starts = []
+    for i, f in enumerate(flags):
+        opens = bool(f & FLAG_OPENS_TURN) if grouping == 0 else not f & FLAG_TOOL_RESULT
+        if i == 0 or (opens and not flags[i - 1] & FLAG_GLUES_NEXT):
+            starts.append(i)
+    bounds = [*starts, len(flags)]
+    return bounds, [sum(chars[bounds[g]:bounds[g + 1]]) for g in range(len(starts))]
+
+
+any_flags = st.lists(st.integers(0, 255), max_size=40) | st.lists(
+    st.sampled_from([0, FLAG_OPENS_TURN, FLAG_TOOL_RESULT, FLAG_TOOL_CALLS, FLAG_GLUES_NEXT,
+                     FLAG_GLUES_NEXT | FLAG_OPENS_TURN, FLAG_GLUES_NEXT | FLAG_TOOL_RESULT]),
+    max_size=40)
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(any_flags, st.data(), st.integers(0, 5), st.integers(0, 400))
+def test_glued_groups_agree_on_crafted_flags(differential, flags, data, keep, target):
+    n = len(flags)
+    chars = data.draw(st.lists(st.integers(0, 60), min_size=n, max_size=n))
+    flags_a = np.array(flags, dtype=np.uint8)
+    chars_a = np.array(chars, dtype=np.int64)
+    cuts = sorted(data.draw(st.lists(st.integers(0, n), max_size=4)))
+    list_offsets = np.array([0, *cuts, n], dtype=np.int64)
+    for grouping in (0, 1):
+        offsets, group_chars = differential("group_offsets", flags_a, chars_a, grouping)
+        bounds, sums = oracle_groups(flags, chars, grouping) if n else ([0], [])
+        assert offsets.tolist() == bounds and group_chars.tolist() == sums
+        first = differential("trim_cut", group_chars, keep, target)
+        many = differential("trim_cut_many", list_offsets, flags_a, chars_a, keep, target,
+                            grouping)
+        if len(list_offsets) == 2:
+            assert many[0].tolist() == [int(offsets[first])]
+        # Each conversation is grouped on its own: its first message opens a group whatever the
+        # message before it (the end of another conversation) says.
+        for r in range(len(list_offsets) - 1):
+            a, b = int(list_offsets[r]), int(list_offsets[r + 1])
+            row_bounds, row_sums = oracle_groups(flags[a:b], chars[a:b], grouping) if b > a \
+                else ([0], [])
+            assert int(many[1][r]) == len(row_sums)
+            g = int(np.searchsorted(row_bounds, int(many[0][r]) - a))
+            assert a + row_bounds[g] == int(many[0][r])
+            assert int(many[3][r]) == sum(row_sums[g:])
+            # a cut never falls right after a reasoning item
+            cut = int(many[0][r])
+            assert cut == a or cut == b or not flags[cut - 1] & FLAG_GLUES_NEXT
+
+
+@st.composite
+def responses_conversation(draw):
+    """Turns of Responses items: reasoning before calls and answers, outputs that may come
+    turns later (or never), calls whose ids repeat, unknown items, Anthropic thinking."""
+    ids = ["a", "b", "c", "d"]
+    items = []
+    for _ in range(draw(st.integers(0, 6))):
+        items.append({"type": "message", "role": "user", "content": draw(text)}
+                     if draw(st.booleans()) else {"role": "user", "content": [
+                         {"type": "input_text", "text": draw(text)}]})
+        for _ in range(draw(st.integers(0, 4))):
+            kind = draw(st.sampled_from(["reasoning", "call", "output", "answer", "unknown",
+                                         "thinking", "tool", "reasoning"]))
+            cid = draw(st.sampled_from(ids))
+            if kind == "reasoning":
+                items.append({"type": "reasoning", "summary": [
+                    {"type": "summary_text", "text": draw(text)}],
+                    "encrypted_content": draw(st.none() | text)})
+            elif kind == "call":
+                items.append({"type": draw(st.sampled_from(["function_call", "custom_tool_call",
+                                                            "computer_call"])),
+                              "call_id": cid, "name": "f", "arguments": draw(native_json)})
+            elif kind == "output":
+                items.append({"type": "function_call_output", "call_id": cid,
+                              "output": draw(text)})
+            elif kind == "answer":
+                items.append({"type": "message", "role": "assistant", "content": [
+                    {"type": "output_text", "text": draw(text)}]})
+            elif kind == "unknown":
+                items.append({"type": "web_search_call", "id": cid})
+            elif kind == "thinking":
+                items.append({"role": "assistant", "content": [
+                    {"type": "thinking", "thinking": draw(text), "signature": "s"},
+                    {"type": "tool_use", "id": cid, "name": "g", "input": draw(native_json)}]})
+            else:
+                items.append({"role": "user", "content": [
+                    {"type": "tool_result", "tool_use_id": cid, "content": draw(text)}]})
+    return items
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(responses_conversation(), st.integers(0, 4), st.integers(0, 200))
+def test_cuts_of_responses_items_agree_and_keep_reasoning_with_its_item(
+        differential, items, keep, target):
+    roles, chars, flags, opaque = differential("measure_messages", items, "h")
+    for i, item in enumerate(items):
+        kind = item.get("type")
+        if kind == "reasoning":
+            assert flags[i] == FLAG_GLUES_NEXT
+        elif kind == "function_call_output":  # never opens a turn
+            assert flags[i] == FLAG_TOOL_RESULT
+    before = {cid for _, code, cid in differential("tool_pairing", items, flags)
+              if code == "orphan-tool-result"}
+    for grouping in (0, 1):
+        for target_chars in (target, None):
+            first, cut, ngroups = differential(
+                lambda k, *a: k.measure(items, "h").cut(*a), items, grouping, keep,
+                target_chars)
+            # never right after a reasoning item (unless all goes), and never a new orphan
+            assert cut in (0, len(items)) or not flags[cut - 1] & FLAG_GLUES_NEXT
+            kept = {cid for _, code, cid in differential("tool_pairing", items[cut:],
+                                                         flags[cut:])
+                    if code == "orphan-tool-result"}
+            assert kept <= before | {None}
+        differential("reduce_transcript", items, (("history", grouping, keep, target),), 0, 0,
+                     True)
+    differential("text_pieces", items, "h")
+
+
+def rows_of(messages, kernel_measure):
+    """The arrays reduce_rows takes for one transcript, from its measure and its tool ids."""
+    from contextpolicy._tool_ids import call_ids, result_ids
+
+    roles, chars, flags, _ = kernel_measure
+    codes: dict[str, int] = {}
+    calls, results, call_offsets, result_offsets = [], [], [0], [0]
+    for i, msg in enumerate(messages):
+        if flags[i] & FLAG_TOOL_CALLS:
+            calls += [codes.setdefault(cid, len(codes)) for cid in call_ids(msg)]
+        call_offsets.append(len(calls))
+        if flags[i] & FLAG_TOOL_RESULT:
+            results += [-1 if cid is None else codes.setdefault(cid, len(codes))
+                        for cid in result_ids(msg)]
+        result_offsets.append(len(results))
+    return (np.array([0, len(messages)]), roles, flags, chars, np.array(call_offsets),
+            np.array(calls, dtype=np.int64), np.array(result_offsets),
+            np.array(results, dtype=np.int64), len(codes)), codes
+
+
+@settings(max_examples=300, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(responses_conversation(), st.sampled_from([0, 1]), st.integers(0, 4),
+       st.integers(0, 200), st.integers(-1, 150), st.integers(-1, 150))
+def test_reduce_rows_of_responses_items_is_reduce_transcript(
+        differential, items, grouping, keep, target, trigger, watermark):
+    # The columnar form glues reasoning items as the object path does: the same cut, figures
+    # and warnings from arrays as from the messages themselves.
+    messages = [{"role": "system", "content": "s"}, *items, {"role": "user", "content": "q?"}]
+    args, codes = rows_of(messages, differential("measure_messages", messages))
+    head, cut, tail, before, after, groups, fired, warn = differential(
+        "reduce_rows", *args, ((grouping, keep, target),), trigger, watermark)
+    raw = differential("reduce_transcript", messages, (("history", grouping, keep, target),),
+                       trigger, watermark, True)
+    ids = raw[7]
+    history = raw[3][ids.index("history")]
+    kept = messages[int(cut[0]):int(tail[0])]
+    if history is None:
+        assert int(cut[0]) == int(head[0])
+    else:
+        assert [id(m) for m in history] == [id(m) for m in kept]
+    assert (int(head[0]), int(tail[0])) == differential("split_transcript", messages)
+    assert [int(before[0]), int(after[0]), int(groups[0]), bool(fired[0])] == [
+        raw[8][0], raw[8][3], raw[8][7], raw[0]]
+    names = {code: cid for cid, code in codes.items()}
+    frag = {"system": 0, "history": 1, "question": 2}
+    assert [(frag[ids[f]], index, 0 if code == "orphan-tool-result" else 1, cid)
+            for f, index, code, cid in raw[5]] == [
+        (int(f), int(index), int(code), None if cid < 0 else names[int(cid)])
+        for f, index, code, cid in zip(*warn[1:])]
+
+
+# ---------------------------------------------------------------------------------------------
+# Arguments: the twin converts them as the compiled kernel's typed arguments are converted
+
+
+class _OnlyIndex:
+    def __index__(self):
+        return 1
+
+
+class _IntGivesStr:
+    def __int__(self):
+        return "1"
+
+
+ODD_ARGUMENTS = [
+    0, 1, 5, True, -1, 2**31, -(2**31) - 1, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, 2**100,
+    1.5, -0.0, float("nan"), float("inf"), "3", None, b"1", (1,), np.int64(2), np.uint64(2**64 - 1),
+    np.float64(1.7), _OnlyIndex(), _IntGivesStr(),
+]
+_MSGS = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yo"},
+         {"role": "assistant", "content": "x"}]
+_FLAGS = np.array([1, 0, 0], dtype=np.uint8)
+_CHARS = np.array([2, 2, 1])
+_ROWS = (np.array([0, 3]), np.array([3, 4, 4], dtype=np.int8), _FLAGS, _CHARS,
+         np.zeros(4, np.int64), np.array([], dtype=np.int64), np.zeros(4, np.int64),
+         np.array([], dtype=np.int64))
+ARGUMENT_CALLS = {
+    "message_text_pieces(index)": lambda k, v: k.message_text_pieces(_MSGS[0], v),
+    "group_offsets(grouping)": lambda k, v: k.group_offsets(_FLAGS, _CHARS, v),
+    "group_offsets(flags)": lambda k, v: k.group_offsets(v, _CHARS),
+    "trim_cut(keep)": lambda k, v: k.trim_cut(_CHARS, v, 3),
+    "trim_cut(target)": lambda k, v: k.trim_cut(_CHARS, 1, v),
+    "trim_cut(group_chars)": lambda k, v: k.trim_cut(v, 0, 3),
+    "trim_cut_many(keep)": lambda k, v: k.trim_cut_many(np.array([0, 3]), _FLAGS, _CHARS, v, 3),
+    "trim_cut_many(grouping)": lambda k, v: k.trim_cut_many(
+        np.array([0, 3]), _FLAGS, _CHARS, 1, 3, v),
+    "trim_cut_many(grouping, no conversation)": lambda k, v: k.trim_cut_many(
+        np.array([0]), np.zeros(0, np.uint8), np.zeros(0, np.int64), 0, 0, v),
+    "group_offsets(grouping, no message)": lambda k, v: k.group_offsets([], [], v),
+    "tool_pairing(flags)": lambda k, v: k.tool_pairing(_MSGS, v),
+    "Measure.tail(start)": lambda k, v: k.measure(_MSGS).tail(v).messages,
+    "Measure.groups(grouping)": lambda k, v: k.measure(_MSGS).groups(v),
+    "Measure.pairing(start)": lambda k, v: k.measure(_MSGS).pairing(_MSGS, v),
+    "Measure.cut(grouping)": lambda k, v: k.measure(_MSGS).cut(_MSGS, v, 0, 1),
+    "Measure.cut(keep)": lambda k, v: k.measure(_MSGS).cut(_MSGS, 0, v, 1),
+    "Measure.cut(target)": lambda k, v: k.measure(_MSGS).cut(_MSGS, 0, 0, v),
+    "reduce_transcript(trigger)": lambda k, v: k.reduce_transcript(_MSGS, (), v, 0)[8],
+    "reduce_transcript(with_history)": lambda k, v: k.reduce_transcript(_MSGS, (), 0, 0, v)[7],
+    "reduce_transcript(steps)": lambda k, v: k.reduce_transcript(_MSGS, v, 0, 0)[4],
+    "reduce_transcript(step)": lambda k, v: k.reduce_transcript(_MSGS, (v,), 0, 0)[4],
+    "reduce_transcript(step grouping)": lambda k, v: k.reduce_transcript(
+        _MSGS, (("history", v, 0, 1),), 0, 0)[4],
+    "reduce_transcript(step keep, not fired)": lambda k, v: k.reduce_transcript(
+        _MSGS, (("history", 0, v, 1),), 100, 0)[4],
+    "reduce_rows(ncodes)": lambda k, v: k.reduce_rows(*_ROWS, v, ((0, 0, 1),), 0, 0)[1],
+    "reduce_rows(steps)": lambda k, v: k.reduce_rows(*_ROWS, 0, v, 0, 0)[1],
+    "reduce_rows(step keep)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((0, v, 1),), 0, 0)[1],
+    "reduce_rows(step grouping)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((v, 0, 1),), 0, 0)[1],
+    "reduce_rows(call_codes)": lambda k, v: k.reduce_rows(*_ROWS[:5], v, *_ROWS[6:], 9,
+                                                          ((0, 0, 1),), 0, 0)[1],
+    "reduce_rows(skip)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((0, 0, 1),), 0, 0, v)[1],
+}
+ODD_SEQUENCES = [None, [], [1, 0, 0], [[1, 0, 0]], np.array([[1, 0, 0]]), np.array(5), "abc",
+                 (("history", 0, 0, 1),), [("history", 0, 0, 1)], ((0, 0, 1),), ((5,),),
+                 (("history", 0, 0),), np.array([1.5, 0, 0]), np.array([-1, 0, 0])]
+
+
+def _outcome(call, kernel, value):
+    try:
+        result = call(kernel, value)
+    except Exception as exc:  # every outcome is compared, type and words
+        return ("raised", type(exc).__name__, str(exc))
+    return ("value", repr(result))
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+@pytest.mark.parametrize("name", list(ARGUMENT_CALLS))
+def test_odd_arguments_are_converted_alike(kernels, name):
+    # Floats, huge ints, strings, None, numpy scalars, arrays of the wrong shape: both kernels
+    # accept and refuse the same values, with the same errors.
+    call = ARGUMENT_CALLS[name]
+    for value in ODD_ARGUMENTS + ODD_SEQUENCES:
+        first, *others = (_outcome(call, k, value) for k in kernels)
+        for other in others:
+            assert other == first, (name, value)

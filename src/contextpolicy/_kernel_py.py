@@ -13,6 +13,7 @@ chars, flags and opaque-part counts as numpy arrays; :func:`group_offsets` group
 from __future__ import annotations
 
 import json
+import operator
 from typing import Any
 
 import numpy as np
@@ -79,6 +80,74 @@ Int64Array = npt.NDArray[np.int64]
 
 # ``json.dumps(x, separators=(",", ":"), ensure_ascii=False)``, built once.
 COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)
+
+
+# The compiled kernel's typed arguments (C int, int64_t, Py_ssize_t, tuple, bint) are converted
+# by Cython's rules before its body runs; the twin converts its arguments the same way, in the
+# same order, so that both accept and refuse the same values with the same errors.
+_C_INT = (-(2**31), 2**31 - 1)
+_C_LONG = (-(2**63), 2**63 - 1)
+
+
+def _c_int(value: Any, ctype: str = "int64_t") -> int:
+    """``value`` as a C ``int``, ``int64_t`` or ``Py_ssize_t`` argument of the compiled kernel:
+    an int (a bool, an int subclass) as it is; for the others ``__index__`` (``Py_ssize_t``)
+    or ``__int__`` (a float truncates); out of range, an OverflowError."""
+    if ctype == "Py_ssize_t":
+        value = operator.index(value)
+        if not _C_LONG[0] <= value <= _C_LONG[1]:
+            raise OverflowError("Python int too large to convert to C ssize_t")
+        return int.__int__(value)
+    if not isinstance(value, int):
+        convert = getattr(type(value), "__int__", None)
+        if convert is None:
+            raise TypeError("an integer is required")
+        value = convert(value)
+        if not isinstance(value, int):
+            raise TypeError(f"__int__ returned non-int (type {type(value).__name__})")
+    value = int.__int__(value)
+    if not _C_LONG[0] <= value <= _C_LONG[1]:
+        raise OverflowError("Python int too large to convert to C long")
+    if ctype == "int" and not _C_INT[0] <= value <= _C_INT[1]:
+        raise OverflowError("value too large to convert to int")
+    return value
+
+
+def _c_type_name(t: type) -> str:
+    # The C tp_name: a class's name; a static type's dotted one (numpy.float64).
+    if t.__flags__ & (1 << 9) or t.__module__ == "builtins":  # Py_TPFLAGS_HEAPTYPE
+        return t.__name__
+    return f"{t.__module__}.{t.__name__}"
+
+
+def _c_tuple(value: Any, name: str) -> Any:
+    """A ``tuple`` argument of the compiled kernel: exactly a tuple, or None."""
+    if value is not None and type(value) is not tuple:
+        raise TypeError(f"Argument '{name}' has incorrect type (expected tuple, got "
+                        f"{_c_type_name(type(value))})")
+    return value
+
+
+def _c_array(value: Any, dtype: Any) -> Any:
+    """A ``const T[::1]`` argument filled from ``np.ascontiguousarray(value, dtype)`` (which
+    makes a scalar 1-d): it must then be 1-d."""
+    array = np.ascontiguousarray(value, dtype=dtype)
+    if array.ndim != 1:
+        raise ValueError(f"Buffer has wrong number of dimensions (expected 1, got {array.ndim})")
+    return array
+
+
+def _c_unpack(value: Any, n: int) -> list[Any]:
+    """``a, b, ... = value`` as the compiled kernel unpacks it (its errors' words)."""
+    items: list[Any] = []
+    for item in value:
+        if len(items) == n:
+            raise ValueError(f"too many values to unpack (expected {n})")
+        items.append(item)
+    if len(items) < n:
+        raise ValueError(f"need more than {len(items)} value{'' if len(items) == 1 else 's'} "
+                         "to unpack")
+    return items
 
 
 def _compact_json(value: Any, index: int, fragment_id: str | None, field: str) -> str:
@@ -364,6 +433,7 @@ def measure_messages(
 
 def message_text_pieces(message: Any, index: int = 0, fragment_id: str | None = None) -> list[str]:
     """The text pieces whose code points :func:`measure_messages` counts, in order."""
+    index = _c_int(index, "Py_ssize_t")
     pieces: list[str] = []
     _message(message, _Acc(pieces), index, fragment_id)
     return pieces
@@ -401,8 +471,9 @@ def group_offsets(
     one form the lead group. ``GROUP_MESSAGE``: a group per message, except that tool results
     stay in the group of the message before them.
     """
-    flags = np.asarray(flags, dtype=np.uint8)
-    chars = np.asarray(chars, dtype=np.int64)
+    grouping = _c_int(grouping, "int")
+    flags = _c_array(flags, np.uint8)
+    chars = _c_array(chars, np.int64)
     n = len(flags)
     if len(chars) != n:
         raise ValueError(f"flags and chars differ in length ({n} != {len(chars)})")
@@ -426,12 +497,18 @@ def group_offsets(
 def trim_cut(group_chars: Int64Array, keep_groups: int, target_chars: int) -> int:
     """First group kept by a trim: the longest suffix of whole groups within ``target_chars``,
     but never fewer than ``keep_groups`` groups (nor more than there are)."""
+    keep_groups, target_chars = _c_int(keep_groups), _c_int(target_chars)
     if keep_groups < 0 or target_chars < 0:
         raise ValueError("keep_groups and target_chars must be >= 0")
-    group_chars = np.asarray(group_chars, dtype=np.int64)
+    group_chars = _c_array(group_chars, np.int64)
     n = len(group_chars)
+    if n and int(group_chars.min()) < 0:
+        raise ValueError("group_chars must be >= 0")
     # Suffix sums are non-decreasing (chars >= 0), so the fitting suffix is a binary search.
     suffix = np.cumsum(group_chars[::-1])
+    # Sums of values >= 0 that pass 2**63 wrap below zero where they first do.
+    if n and bool(np.any(suffix < 0)):
+        raise ValueError("group_chars add up to more than 64 bits hold")
     kept = int(np.searchsorted(suffix, target_chars, side="right"))
     return n - max(kept, min(keep_groups, n))
 
@@ -448,6 +525,7 @@ def tool_pairing(
     """
     if not isinstance(messages, list):
         raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+    flags = _c_array(flags, np.uint8)
     if len(flags) > list.__len__(messages):
         raise ValueError(
             f"flags and messages differ in length ({len(flags)} != {list.__len__(messages)})"
@@ -510,18 +588,21 @@ class Measure:
 
     def tail(self, start: int) -> Measure:
         """The measure of ``messages[start:]``."""
+        start = _c_int(start, "Py_ssize_t")
         if start < 0 or start > self.messages:
             raise ValueError(f"start {start} is outside 0..{self.messages}")
         return Measure._of(tuple(a[start:] for a in self._arrays))  # type: ignore[arg-type]
 
     def groups(self, grouping: int) -> int:
         """How many groups the messages form."""
+        grouping = _c_int(grouping, "int")
         _roles, chars, flags, _opaque = self._arrays
         return len(group_offsets(flags, chars, grouping)[1])
 
     def pairing(self, messages: list[Any], start: int = 0) -> list[tuple[int, str, str | None]]:
         """:func:`tool_pairing` of ``messages[start:]`` with these flags from ``start`` on
         (indices relative to ``start``)."""
+        start = _c_int(start, "Py_ssize_t")
         if not isinstance(messages, list):
             raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
         if start < 0 or start > self.messages:
@@ -547,12 +628,15 @@ class Measure:
         against results that come later (after another message or turn): a cut never orphans a
         tool result.
         """
+        grouping, keep_groups = _c_int(grouping, "int"), _c_int(keep_groups)
         if not isinstance(messages, list):
             raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
         if keep_groups < 0:
             raise ValueError("keep_groups must be >= 0")
-        if target_chars is not None and target_chars < 0:
-            raise ValueError("target_chars must be >= 0")
+        if target_chars is not None:
+            target_chars = _c_int(target_chars)
+            if target_chars < 0:
+                raise ValueError("target_chars must be >= 0")
         _roles, chars, flags, _opaque = self._arrays
         offsets, group_chars = group_offsets(flags, chars, grouping)
         ngroups = len(group_chars)
@@ -623,6 +707,8 @@ def reduce_plan(
     ``protected_kinds``, ``None`` when a step's fragment is missing, protected (its kind is one
     of them, or it is marked ``protected``) or holds text.
     """
+    trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
+    steps = _c_tuple(steps, "steps")
     if not isinstance(fragments, list):
         raise TypeError(f"expected a list of fragments, got {type(fragments).__name__}")
     n = list.__len__(fragments)
@@ -650,11 +736,15 @@ def reduce_plan(
             if step[0] not in ids:
                 return None
             i = ids.index(step[0])
-            f = list.__getitem__(fragments, i)
-            d = f.__dict__ if fragment_type is not None else None
-            kind, protected = (d["kind"], d["protected"]) if d is not None else (
-                f.kind, f.protected)
-            if lists[i] is None or kind in protected_kinds or protected is True:
+            # The list as it is now (reading a fragment may have run code that changed it).
+            f = list.__getitem__(fragments, i) if i < list.__len__(fragments) else None
+            if f is None or lists[i] is None:
+                return None
+            if fragment_type is not None:
+                d = f.__dict__
+                if d["kind"] in protected_kinds or d["protected"] is True:
+                    return None
+            elif f.kind in protected_kinds or f.protected is True:
                 return None
     return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
 
@@ -718,6 +808,9 @@ def reduce_transcript(
     """:func:`reduce_plan` of ``ContextPlan.from_messages(messages)`` without building the
     plan: fragments ``system``, ``history`` and ``question`` as :func:`split_transcript` cuts
     them (``history`` there, empty, when ``with_history`` and the transcript has none)."""
+    trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
+    with_history = bool(with_history)
+    steps = _c_tuple(steps, "steps")
     head, tail = split_transcript(messages)
     ids: list[str] = []
     lists: list[Any] = []
@@ -752,7 +845,10 @@ def _reduce(
     fired = trigger_chars >= 0 and chars > trigger_chars
     kept: list[Any] = [None] * len(ids)
     done: list[tuple[Any, ...]] = []
-    for fid, grouping, keep_groups, target in steps:
+    for step in steps:
+        fid, grouping, keep_groups, target = _c_unpack(step, 4)
+        grouping, keep_groups, target = _c_int(grouping, "int"), _c_int(keep_groups), _c_int(
+            target)
         if keep_groups < 0:
             raise ValueError("keep_groups must be >= 0")
         if target < 0:
@@ -853,6 +949,21 @@ def role_codes_utf8(data: Any, offsets: npt.NDArray[Any]) -> npt.NDArray[np.int8
     return out
 
 
+def _check_chars(list_offsets: npt.NDArray[Any], chars: Int64Array) -> None:
+    """Chars below zero, or a row's chars adding up past 64 bits: a ValueError (a group sum
+    that wrapped would cut in the wrong place)."""
+    if not len(chars):
+        return
+    if int(chars.min()) < 0:
+        raise ValueError("chars must be >= 0")
+    if int(chars.max()) * len(chars) <= 2**63 - 1:  # no row can reach 64 bits
+        return
+    bounds = list_offsets.tolist()
+    for r in range(len(bounds) - 1):
+        if sum(chars[bounds[r]:bounds[r + 1]].tolist()) > 2**63 - 1:
+            raise ValueError(f"the chars of row {r} add up to more than 64 bits hold")
+
+
 def trim_cut_many(
     list_offsets: npt.NDArray[Any],
     flags: npt.NDArray[np.uint8],
@@ -867,12 +978,20 @@ def trim_cut_many(
     ``chars``. Returns, per conversation: absolute index of the first kept message, groups
     before, groups kept, chars kept.
     """
+    # The compiled kernel's conversions, in its order.
+    keep_groups, target_chars = _c_int(keep_groups), _c_int(target_chars)
+    grouping = _c_int(grouping, "int")
+    flags = _c_array(flags, np.uint8)
+    chars = _c_array(chars, np.int64)
     list_offsets = np.asarray(list_offsets)
     _check_offsets(list_offsets, len(flags), "trim_cut_many")
     if len(chars) != len(flags):
         raise ValueError(f"flags and chars differ in length ({len(flags)} != {len(chars)})")
     if keep_groups < 0 or target_chars < 0:
         raise ValueError("keep_groups and target_chars must be >= 0")
+    _check_chars(list_offsets, chars)
+    if grouping not in (GROUP_USER_TURN, GROUP_MESSAGE):  # (even with no conversation)
+        raise ValueError(f"unknown grouping code {grouping}")
     n = len(list_offsets) - 1
     first = np.zeros(n, dtype=np.int64)
     before = np.zeros(n, dtype=np.int64)
@@ -951,30 +1070,29 @@ def reduce_rows(
     2 question; the index within its fragment; code :data:`ORPHAN_CODE` or
     :data:`UNANSWERED_CODE`).
     """
-    if type(steps) is not tuple:
-        raise TypeError(f"Argument 'steps' has incorrect type (expected tuple, got "
-                        f"{type(steps).__name__})")
-    for value in (ncodes, trigger_chars, watermark_chars):
-        if not -(2**63) <= value < 2**63:
-            raise OverflowError("Python int too large to convert to C long")
     # The compiled kernel's conversions, value for value.
-    off = np.asarray(list_offsets)
-    roles = np.ascontiguousarray(roles, dtype=np.int8)
-    flags = np.ascontiguousarray(flags, dtype=np.uint8)
-    chars = np.ascontiguousarray(chars, dtype=np.int64)
-    call_offsets = np.asarray(call_offsets)
-    call_codes = np.ascontiguousarray(call_codes, dtype=np.int64)
-    result_offsets = np.asarray(result_offsets)
-    result_codes = np.ascontiguousarray(result_codes, dtype=np.int64)
+    ncodes = _c_int(ncodes)
+    trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
+    steps = _c_tuple(steps, "steps")
+    roles = _c_array(roles, np.int8)
+    flags = _c_array(flags, np.uint8)
+    chars = _c_array(chars, np.int64)
+    call_codes = _c_array(call_codes, np.int64)
+    result_codes = _c_array(result_codes, np.int64)
     m = len(flags)
+    off = np.asarray(list_offsets)
     _check_offsets(off, m, "reduce_rows")
     if len(roles) != m or len(chars) != m:
         raise ValueError("roles, flags and chars differ in length")
-    for name, offsets, codes in (("call_offsets", call_offsets, call_codes),
-                                 ("result_offsets", result_offsets, result_codes)):
-        if len(offsets) != m + 1:
-            raise ValueError(f"{name}: expected {m + 1} entries, got {len(offsets)}")
+    checked = []
+    for name, raw, codes in (("call_offsets", call_offsets, call_codes),
+                             ("result_offsets", result_offsets, result_codes)):
+        if len(raw) != m + 1:
+            raise ValueError(f"{name}: expected {m + 1} entries, got {len(raw)}")
+        offsets = np.asarray(raw)
         _check_offsets(offsets, len(codes), "reduce_rows")
+        checked.append(offsets)
+    call_offsets, result_offsets = checked
     if ncodes < 0:
         raise ValueError("ncodes must be >= 0")
     if len(call_codes) and (int(call_codes.min()) < -1 or int(call_codes.max()) >= ncodes):
@@ -986,18 +1104,21 @@ def reduce_rows(
     for r in range(len(off) - 1):
         if sum(chars[int(off[r]):int(off[r + 1])].tolist()) > 2**63 - 1:
             raise ValueError(f"the chars of row {r} add up to more than 64 bits hold")
-    for grouping, keep, target in steps:
+    specs = []
+    len(steps)  # (None: the compiled kernel's TypeError)
+    for step in steps:
+        grouping, keep, target = _c_unpack(step, 3)
         if grouping not in (GROUP_USER_TURN, GROUP_MESSAGE):
             raise ValueError(f"unknown grouping code {grouping}")
         if keep < 0 or target < 0:
             raise ValueError("keep_groups and target_chars must be >= 0")
-        if keep >= 2**63 or target >= 2**63:
-            raise OverflowError("Python int too large to convert to C long")
+        specs.append((_c_int(grouping), _c_int(keep), _c_int(target)))
     n = len(off) - 1
     if skip is not None:
         skip = np.ascontiguousarray(skip, dtype=np.uint8)
         if len(skip) != n:
             raise ValueError(f"skip: expected {n} entries, got {len(skip)}")
+        skip = _c_array(skip, np.uint8)
     out = [np.zeros(n, dtype=np.int64) for _ in range(6)]
     fired_out = np.zeros(n, dtype=np.uint8)
     warn: list[tuple[int, int, int, int, int]] = []
@@ -1022,7 +1143,7 @@ def reduce_rows(
         fired = trigger_chars >= 0 and total > trigger_chars
         h0 = head
         removed_groups = 0
-        for grouping, keep, target in steps:
+        for grouping, keep, target in specs:
             if not fired or not (watermark_chars >= 0 and total > watermark_chars):
                 continue
             offsets, group_chars = group_offsets(flags[h0:tail], chars[h0:tail], grouping)
