@@ -66,28 +66,6 @@ def to_chat_dicts(messages: Sequence[BaseMessage]) -> list[dict[str, Any]]:
     return chat_dicts(messages)
 
 
-class _Runner:
-    """A policy prepared once (:func:`prepare_agent_policy`), run over message lists."""
-
-    __slots__ = ("prepared",)
-
-    def __init__(self, policy: Any, handlers: Handlers | None, counter: Any) -> None:
-        self.prepared: PreparedPolicy = prepare_agent_policy(policy, handlers, counter)
-
-    def run(
-        self, split: Split, *, on_event: Callable[[ContextEvent], None] | None = None,
-        cancel: Any = None,
-    ) -> ContextResult:
-        return process_context(split.plan, self.prepared, on_event=on_event, cancel=cancel)
-
-    async def arun(
-        self, split: Split, *, on_event: Callable[[ContextEvent], None] | None = None,
-        cancel: Any = None,
-    ) -> ContextResult:
-        return await aprocess_context(split.plan, self.prepared, on_event=on_event,
-                                      cancel=cancel)
-
-
 def _replacement(split: Split, result: ContextResult) -> list[BaseMessage] | None:
     """The messages to put in place of the split's, or ``None`` when the policy kept them all."""
     kept = split.kept(result)
@@ -149,7 +127,7 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self.on_report = on_report
         self.on_event = on_event
         self.cancel = cancel
-        self._runner = _Runner(policy, handlers, counter)
+        self._prepared: PreparedPolicy = prepare_agent_policy(policy, handlers, counter)
         self._last: ContextResult | None = None
 
     @property
@@ -161,7 +139,7 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
     @property
     def policy(self) -> Any:
         """The typed policy."""
-        return self._runner.prepared.policy
+        return self._prepared.policy
 
     @property
     def last_report(self) -> ContextReport | None:
@@ -174,12 +152,14 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
             self.on_report(result.report)
 
     def _run(self, split: Split) -> list[BaseMessage] | None:
-        result = self._runner.run(split, on_event=self.on_event, cancel=self.cancel)
+        result = process_context(split.plan, self._prepared, on_event=self.on_event,
+                                 cancel=self.cancel)
         self._finished(result)
         return _replacement(split, result)
 
     async def _arun(self, split: Split) -> list[BaseMessage] | None:
-        result = await self._runner.arun(split, on_event=self.on_event, cancel=self.cancel)
+        result = await aprocess_context(split.plan, self._prepared, on_event=self.on_event,
+                                        cancel=self.cancel)
         self._finished(result)
         return _replacement(split, result)
 
@@ -262,7 +242,7 @@ def context_policy_node(
     cancelling the graph's task cancels the run and the node writes no update. ``cancel`` (a
     ``threading.Event``) stops either with :class:`~contextpolicy.ContextCancelledError`.
     """
-    runner = _Runner(policy, handlers, counter)
+    prepared = prepare_agent_policy(policy, handlers, counter)
     path = f"state.{messages_key}"
 
     def events() -> Callable[[ContextEvent], None] | None:
@@ -279,11 +259,13 @@ def context_policy_node(
 
     def reduce_state(state: Mapping[str, Any]) -> dict[str, Any]:
         split = split_messages(state[messages_key], path=path)
-        return update(split, runner.run(split, on_event=events(), cancel=cancel))
+        return update(split, process_context(split.plan, prepared, on_event=events(),
+                                             cancel=cancel))
 
     async def areduce_state(state: Mapping[str, Any]) -> dict[str, Any]:
         split = split_messages(state[messages_key], path=path)
-        return update(split, await runner.arun(split, on_event=events(), cancel=cancel))
+        return update(split, await aprocess_context(split.plan, prepared, on_event=events(),
+                                                    cancel=cancel))
 
     return RunnableLambda(reduce_state, afunc=areduce_state, name=name)
 

@@ -160,7 +160,27 @@ class _Reducer:
         return self.last_result.report if self.last_result is not None else None
 
 
-class ContextPolicyInputFilter:
+class _Reports:
+    """The policy and the last result of a :class:`_Reducer`, as the filter and the session
+    both show them."""
+
+    _reducer: _Reducer
+
+    @property
+    def policy(self) -> PreparedPolicy:
+        """The policy as checked once, with its handlers and counter."""
+        return self._reducer.prepared
+
+    @property
+    def last_result(self) -> ContextResult | None:
+        return self._reducer.last_result
+
+    @property
+    def last_report(self) -> ContextReport | None:
+        return self._reducer.last_report
+
+
+class ContextPolicyInputFilter(_Reports):
     """A ``call_model_input_filter`` that runs a context policy before every model call.
 
     Called with the SDK's ``CallModelData``, it returns a new ``ModelInputData``: the input
@@ -178,22 +198,9 @@ class ContextPolicyInputFilter:
         self._reducer = _Reducer(policy, counter, handlers)
 
     @property
-    def policy(self) -> PreparedPolicy:
-        """The policy as checked once, with its handlers and counter."""
-        return self._reducer.prepared
-
-    @property
     def is_async(self) -> bool:
         """Whether a call returns an awaitable (some handler is a coroutine function)."""
         return self._reducer.is_async
-
-    @property
-    def last_result(self) -> ContextResult | None:
-        return self._reducer.last_result
-
-    @property
-    def last_report(self) -> ContextReport | None:
-        return self._reducer.last_report
 
     def __call__(
         self, data: CallModelData[Any]
@@ -247,7 +254,7 @@ async def _call(method: Any, *args: Any, **kwargs: Any) -> Any:
     return await value if inspect.isawaitable(value) else value
 
 
-class ContextPolicySession:
+class ContextPolicySession(_Reports):
     """An SDK ``Session`` whose history reads are reduced by a context policy.
 
     Everything is delegated to ``session`` (the wrapped session, kept as the attribute of that
@@ -281,18 +288,6 @@ class ContextPolicySession:
     @session_settings.setter
     def session_settings(self, value: Any) -> None:
         self.session.session_settings = value
-
-    @property
-    def policy(self) -> PreparedPolicy:
-        return self._reducer.prepared
-
-    @property
-    def last_result(self) -> ContextResult | None:
-        return self._reducer.last_result
-
-    @property
-    def last_report(self) -> ContextReport | None:
-        return self._reducer.last_report
 
     def _context(self, name: str, wrapper: Any) -> dict[str, Any]:
         return {"wrapper": wrapper} if wrapper is not None and name in self._wrapper_methods \
