@@ -14,9 +14,9 @@ from cpython.long cimport PyLong_CheckExact
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_CheckExact
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_FromObject
-from libc.stdint cimport INT64_MAX, int8_t, int32_t, int64_t, uint8_t
-from libc.stdlib cimport free, malloc
-from libc.string cimport memcpy, memset
+from libc.stdint cimport INT64_MAX, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdlib cimport calloc, free, malloc, realloc
+from libc.string cimport memcmp, memcpy, memset
 
 import json
 
@@ -1780,9 +1780,11 @@ cdef void _rows_warnings(_Rows* s, Py_ssize_t row, int frag, Py_ssize_t lo,
 
 
 cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping,
-                          int64_t keep, int64_t target, int64_t* removed) noexcept nogil:
+                          int64_t keep, int64_t target, int64_t* removed,
+                          int64_t* groups) noexcept nogil:
     # One trim of the history h0:tail: the first message it keeps (h0 when nothing goes), with
-    # the pairing guard of Measure.cut; removed[0] gets the groups it removes.
+    # the pairing guard of Measure.cut; removed[0] gets the groups it removes, groups[0] the
+    # groups the history forms.
     cdef Py_ssize_t i, j, g, ngroups = 0, first, cut, earliest, missing
     cdef uint8_t mask = F_OPENS if grouping == CP_GROUP_USER_TURN else F_RESULT
     cdef bint invert = grouping != CP_GROUP_USER_TURN
@@ -1794,6 +1796,7 @@ cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping
             s.gchars[ngroups] = 0
             ngroups += 1
         s.gchars[ngroups - 1] += s.chars[i]
+    groups[0] = ngroups
     if ngroups == 0:
         return h0
     s.starts[ngroups] = tail  # the end of the last group
@@ -1928,7 +1931,7 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     cdef int64_t[::1] st0 = states[0], st1 = states[1], st2 = states[2]
     cdef int64_t[::1] sc = scratch, orph = orphans
     cdef _Rows s
-    cdef int64_t dummy = 0
+    cdef int64_t dummy = 0, ngroups_seen = 0
     s.roles = &roles[0] if m else NULL
     s.flags = &flags[0] if m else NULL
     s.chars = &chars[0] if m else NULL
@@ -1976,7 +1979,7 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
                 if not fired or not (watermark_chars >= 0 and total > watermark_chars):
                     continue
                 cut = _rows_cut(&s, h0, tail, <int>spec[3 * k], spec[3 * k + 1],
-                                spec[3 * k + 2], &removed)
+                                spec[3 * k + 2], &removed, &ngroups_seen)
                 if cut == h0:
                     continue
                 for i in range(h0, cut):
@@ -2004,3 +2007,6 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     free(spec)
     nwarn = s.nwarn
     return (*outs, fired_a, tuple([w[:nwarn].copy() for w in warn]))
+
+
+include "_scan.pxi"

@@ -148,6 +148,8 @@ class Probe(runner._Worker):
         super().__init__(policy, with_reports)
         self.parent = os.getpid() if parent is None else parent
         self.log, self.action, self.describe = log, action, describe
+        if action is not None or describe:
+            self.scan = False  # every line through line(), the object path
 
     def __reduce__(self):
         return (type(self), (self.policy_doc, self.with_reports, self.parent, self.log,
@@ -179,7 +181,7 @@ def probe(monkeypatch):
     """``probe(**what)``: the runs of this test use a ``Probe`` worker given ``what``."""
 
     def use(**what):
-        monkeypatch.setattr(runner, "_Worker", lambda policy, with_reports:
+        monkeypatch.setattr(runner, "_Worker", lambda policy, with_reports, *rest:
                             Probe(policy, with_reports, **what))
 
     return use
@@ -246,20 +248,34 @@ def test_an_invalid_policy_fails_before_any_work(jobs):
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
-def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch, jobs):
+@pytest.mark.parametrize("byte_path", [False, True])
+def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch, jobs,
+                                                            byte_path):
     # The lines of the range being worked on are still referenced by the traceback when the
     # run cleans up; unmapping the file must not replace the interrupt with an error of its own.
-    original = runner._Worker.line
+    monkeypatch.setattr(runner._Worker, "byte_path", byte_path)
     seen = []
-
-    def line(self, number, raw):
-        seen.append(number)
-        if len(seen) == 3 and os.getpid() == parent:
-            raise KeyboardInterrupt
-        return original(self, number, raw)
-
     parent = os.getpid()
-    monkeypatch.setattr(runner._Worker, "line", line)
+    if byte_path:
+        original = runner._kernel.reduce_lines
+
+        def reduce_lines(*args):
+            seen.append(1)
+            if len(seen) == 3 and os.getpid() == parent:
+                raise KeyboardInterrupt
+            return original(*args)
+
+        monkeypatch.setattr(runner._kernel, "reduce_lines", reduce_lines)
+    else:
+        original_line = runner._Worker.line
+
+        def line(self, number, raw):
+            seen.append(number)
+            if len(seen) == 3 and os.getpid() == parent:
+                raise KeyboardInterrupt
+            return original_line(self, number, raw)
+
+        monkeypatch.setattr(runner._Worker, "line", line)
     with pytest.raises(KeyboardInterrupt):
         outcome(corpus, 200_000, jobs)
     assert no_workers_left()
@@ -355,7 +371,11 @@ def test_every_run_of_19_digits_is_found(pieces, padding, shift):
     assert runner.long_digit_runs(memoryview(bytearray(data))) == expected
 
 
-def test_the_lines_that_hold_a_long_run_are_read_exactly(tmp_path):
+@pytest.mark.parametrize("byte_path", [True, False])
+def test_the_lines_that_hold_a_long_run_are_read_exactly(tmp_path, monkeypatch, byte_path):
+    # Read as bytes, a line is copied as it is; parsed, it is read again exactly and written
+    # compact. Big integers survive both.
+    monkeypatch.setattr(runner._Worker, "byte_path", byte_path)
     lines = [b'{"id": 18446744073709551616, "messages": []}', b'{"id": 1, "messages": []}',
              b'{"id": "12345678901234567890", "messages": []}', b'{"id": -9223372036854775809, '
              b'"messages": [], "n": 1.5}']
@@ -363,16 +383,20 @@ def test_the_lines_that_hold_a_long_run_are_read_exactly(tmp_path):
     path.write_bytes(b"\n".join(lines) + b"\n")
     for jobs in (1, 2):
         with InputFile(str(path)) as source:
-            outputs = [r.output for r in process_lines(source.ranges(8), POLICY, jobs=jobs)]
-        assert outputs == [b'{"id":18446744073709551616,"messages":[]}\n',
-                           b'{"id":1,"messages":[]}\n',
-                           b'{"id":"12345678901234567890","messages":[]}\n',
-                           b'{"id":-9223372036854775809,"messages":[],"n":1.5}\n']
+            results = list(process_lines(source.ranges(8), POLICY, jobs=jobs))
+        outputs = [r.output for r in results]
+        assert [r.scanned for r in results] == [int(byte_path)] * 4
+        assert outputs == ([line + b"\n" for line in lines] if byte_path else [
+            b'{"id":18446744073709551616,"messages":[]}\n',
+            b'{"id":1,"messages":[]}\n',
+            b'{"id":"12345678901234567890","messages":[]}\n',
+            b'{"id":-9223372036854775809,"messages":[],"n":1.5}\n'])
         streamed = [r.output for r in process_lines([[(i + 1, line) for i, line in
                                                       enumerate(lines)]], POLICY, jobs=jobs)]
         assert streamed == outputs
     worker = runner._Worker(POLICY, False)  # a line handed over alone is checked by itself
-    assert worker.line(1, memoryview(lines[0])).output == outputs[0]
+    assert worker.line(1, memoryview(lines[0])).output == b'{"id":18446744073709551616,"messages":[]}\n'
+
 
 
 # ---------------------------------------------------------------------------------------------

@@ -82,13 +82,17 @@ def _streaming_gc() -> Iterator[None]:
 
 
 # A line's figures: (triggered, target reached, chars before, chars after, messages before,
-# messages after, messages removed, groups removed, the codes of its warnings).
-Figures = tuple[bool, bool, int, int, int, int, int, int, list[str]]
+# messages after, messages removed, groups removed, the codes of its warnings); for a run of
+# lines, the counts of lines triggered and reaching the target, the sums, and the warnings as
+# a count per code.
+Figures = tuple[int, int, int, int, int, int, int, int, "list[str] | dict[str, int]"]
+WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call")  # _kernel.reduce_lines' order
 
 
 @dataclass(slots=True)
 class LineResult:
-    """What one input line became."""
+    """What one input line became, or a run of ``lines`` consecutive lines that took the byte
+    path (their outputs one after another, their figures added up, warnings by code)."""
 
     line: int
     output: bytes | None = None
@@ -96,6 +100,8 @@ class LineResult:
     figures: Figures | None = None
     error: str | None = None
     violation: bool = False
+    lines: int = 1
+    scanned: int = 0  # how many of the lines took the byte path
 
 
 class LineError(Exception):
@@ -118,6 +124,7 @@ class Summary:
     messages_removed: int = 0
     groups_removed: int = 0
     bytes_in: int = 0
+    scanned: int = 0
     seconds: float = 0.0
     warnings: Counter[str] = field(default_factory=Counter)
     skipped_lines: list[dict[str, Any]] = field(default_factory=list)
@@ -131,7 +138,8 @@ class Summary:
         triggered, reached, c_before, c_after, m_before, m_after, removed, groups, warnings = (
             result.figures
         )
-        self.conversations += 1
+        self.conversations += result.lines
+        self.scanned += result.scanned
         self.triggered += triggered
         self.target_reached += reached
         self.audit_violations += result.violation
@@ -160,6 +168,9 @@ class Summary:
             "groupsRemoved": self.groups_removed,
             "warnings": dict(sorted(self.warnings.items())),
             "bytesIn": self.bytes_in,
+            # Lines read as bytes (the kernel's scanner) and lines parsed into objects.
+            "paths": {"bytes": self.scanned,
+                      "objects": self.conversations + self.skipped - self.scanned},
             "seconds": round(self.seconds, 6),
             "megabytesPerSecond": round(self.bytes_in / seconds / 1e6, 3),
             "conversationsPerSecond": round(self.conversations / seconds, 3),
@@ -270,12 +281,26 @@ def _exit_status(code: int | None) -> str:
 
 
 class _Worker:
-    """Holds the validated policy; turns lines into results."""
+    """Holds the validated policy; turns lines into results.
 
-    def __init__(self, policy: dict[str, Any], with_reports: bool) -> None:
+    When the policy is one the kernel runs in one call, transcript lines are read as bytes
+    (``_kernel.reduce_lines``): a line whose shape the scanner takes is reduced without being
+    parsed, its kept messages copied byte for byte; every other line, and every line of any
+    other policy, is parsed and processed as objects (the object path)."""
+
+    # Read transcript lines as bytes where the policy allows (off: every line as objects).
+    byte_path = True
+
+    def __init__(
+        self, policy: dict[str, Any], with_reports: bool,
+        handlers: dict[str, Callable[..., Any]] | None = None, runs: bool = False,
+    ) -> None:
+        self.runs = runs
         self.policy = validate_context_policy(policy)
-        # The policy alone: handlers a step names are missing here, which each line reports.
-        self.prepared = PreparedPolicy._of(self.policy, {}, None)
+        # The policy and its handlers: a handler a step names that is missing here is an error
+        # each line reports.
+        self.handlers = dict(handlers or {})
+        self.prepared = PreparedPolicy._of(self.policy, self.handlers, None)
         self.policy_doc = policy
         self.with_reports = with_reports
         self._files: dict[str, int] = {}  # open input files, by path
@@ -299,6 +324,7 @@ class _Worker:
         self.reduces = type(self.policy) is ReducePolicy
         self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
                                  for fid in ("system", "history", "question")}
+        self.scan = self.fused is not None and self.byte_path
 
     def line(self, number: int, raw: bytes | memoryview) -> LineResult:
         exact = number in self._exact if self._checked else bool(long_digit_runs(raw))
@@ -348,7 +374,7 @@ class _Worker:
             )
         violation = False
         try:
-            result = process_context(plan, self.policy)
+            result = process_context(plan, self.policy, handlers=self.handlers or None)
             report = result.report
             out = dict(doc)
             if transcript:
@@ -410,7 +436,8 @@ class _Worker:
 
     def __reduce__(self) -> tuple[Any, ...]:
         # A spawned worker process validates the policy again from the document.
-        return (_Worker, (self.policy_doc, self.with_reports))
+        # Handlers travel pickled (the built-in ones are plain objects with their parameters).
+        return (_Worker, (self.policy_doc, self.with_reports, self.handlers, self.runs))
 
     def batch(
         self, batch: list[tuple[int, bytes]] | FileRange,
@@ -420,6 +447,13 @@ class _Worker:
         count from 1; the caller, who knows where the range starts, makes them absolute).
         ``between`` is called after every ``POLL_BYTES`` or so of input."""
         if not isinstance(batch, FileRange):
+            if self.scan:
+                data = b"\n".join(raw for _, raw in batch)
+                starts, at = [], 0
+                for _, raw in batch:
+                    starts.append(at)
+                    at += len(raw) + 1
+                return 0, self._scanned(batch, data, starts, between)
             if len(batch) == 1:
                 runs = long_digit_runs(batch[0][1])
                 exact = {batch[0][0]} if runs else set()
@@ -446,6 +480,10 @@ class _Worker:
             self._buffer = bytearray(batch.length + max(READ_BUFFER_SLACK, batch.length // 4))
         read_file_range(fd, batch, self._buffer)
         count, lines, starts = read_range(self._buffer, FileRange(batch.path, 0, batch.length))
+        if self.scan:
+            results = self._scanned(lines, self._buffer, starts, between)
+            del lines
+            return count, results
         if lines:
             with memoryview(self._buffer)[:batch.length] as data:
                 exact = _lines_holding(starts, lines, long_digit_runs(data))
@@ -454,6 +492,76 @@ class _Worker:
         results = self._checked_lines(lines, exact, between)
         del lines
         return count, results
+
+    def _scanned(
+        self, lines: list[Any], data: bytes | bytearray, starts: list[int],
+        between: Callable[[], None] | None,
+    ) -> list[LineResult]:
+        """Results of ``lines`` (``(number, line)``, the lines of ``data`` starting at
+        ``starts``) read as bytes, a chunk of about ``POLL_BYTES`` at a time: consecutive lines
+        of the byte path as one run (``runs``, without reports) or one result per line, the
+        others through the object path."""
+        results: list[LineResult] = []
+        steps, prepared = self.fused, self.prepared
+        assert steps is not None
+        with_reports = self.with_reports
+        per_line = with_reports or not self.runs
+        begin = 0
+        while begin < len(lines):
+            end, size = begin, 0
+            while end < len(lines) and (size < POLL_BYTES or end == begin):
+                size += len(lines[end][1])
+                end += 1
+            chunk_starts = starts[begin:end]
+            stops = [at + len(lines[k][1]) for k, at in enumerate(chunk_starts, begin)]
+            out, ends, figures, raws = _kernel.reduce_lines(
+                data, chunk_starts, stops, steps, prepared._trigger, prepared._watermark,
+                self.needs_history, per_line)
+            handled = figures[:, 0].tolist()
+            offsets = [0, *ends.tolist()]
+            k = 0
+            while k < end - begin:
+                number, raw = lines[begin + k]
+                if not handled[k]:
+                    results.append(self.line(number, raw))
+                    k += 1
+                    continue
+                if per_line:
+                    results.append(self._scanned_line(
+                        number, out[offsets[k]:offsets[k + 1]], raws[k],
+                        data))
+                    k += 1
+                    continue
+                run = k
+                while k < end - begin and handled[k]:
+                    k += 1
+                results.append(self._run(number, out[offsets[run]:offsets[k]],
+                                         figures[run:k].sum(axis=0).tolist(), k - run))
+            begin = end
+            if between is not None:
+                between()
+        return results
+
+    def _run(self, number: int, output: bytes, sums: list[int], count: int) -> LineResult:
+        warnings = {code: n for code, n in zip(WARNING_CODES, sums[9:11], strict=True) if n}
+        figures = (sums[1], sums[2] if self.reduces else 0, *sums[3:9], warnings)
+        return LineResult(number, output=output, figures=figures, lines=count, scanned=count)
+
+    def _scanned_line(self, number: int, output: bytes, record: Any,
+                      data: bytes | bytearray) -> LineResult:
+        raw, id_span = record
+        figures = _fused_figures(raw, self.reduces and raw[8][8])
+        line = LineResult(number, output=output, figures=figures, scanned=1)
+        if not self.with_reports:
+            return line
+        ident = None
+        if id_span is not None:
+            piece = bytes(data[id_span[0]:id_span[1]])
+            ident = reread_exactly(piece) if long_digit_runs(piece) else orjson.loads(piece)
+        kinds = self.transcript_kinds
+        line.report = dumps({"id": ident, "report": fused_report_json(
+            self.prepared, raw, [kinds[fid] for fid in raw[7]])})
+        return line
 
     def _checked_lines(
         self, lines: list[Any], exact: set[int], between: Callable[[], None] | None,
@@ -585,8 +693,12 @@ def process_lines(
     jobs: int = 1,
     with_reports: bool = False,
     on_batch: Callable[[], None] | None = None,
+    handlers: dict[str, Callable[..., Any]] | None = None,
+    runs: bool = False,
 ) -> Generator[LineResult, None, None]:
-    """Results for every line, in input order, computed by up to ``jobs`` processes.
+    """Results for every line, in input order, computed by up to ``jobs`` processes; with
+    ``runs`` (and no reports), consecutive lines read as bytes come as one result for them all
+    (``LineResult.lines``), which is what the command line writes and adds up.
 
     The ranges of a file (``InputFile.ranges``) are shared between this process and up to
     ``jobs - 1`` worker processes, each of which reads the file itself. Lines read from a stream
@@ -596,7 +708,7 @@ def process_lines(
     # An invalid policy, or start method of CONTEXTPOLICY_START_METHOD, fails here, before any
     # work (whatever the number of jobs, so that a wrong setting is never silently ignored).
     start_method()
-    worker = _Worker(policy, with_reports)
+    worker = _Worker(policy, with_reports, handlers, runs)
     base = 0
 
     def absolute(spanned: int, results: list[LineResult]) -> list[LineResult]:
