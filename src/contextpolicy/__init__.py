@@ -40,8 +40,8 @@ _EXPORTS: dict[str, str] = {
         ".policy",
     ),
     **dict.fromkeys(
-        ("AuditChange", "AuditReport", "ContextEvent", "ContextReport", "ContextResult",
-         "FragmentUsage", "PlanWarning", "StepReport", "Usage", "Watermark"),
+        ("AuditChange", "AuditReport", "CompressFigures", "ContextEvent", "ContextReport",
+         "ContextResult", "FragmentUsage", "PlanWarning", "StepReport", "Usage", "Watermark"),
         ".report",
     ),
     **dict.fromkeys(("CompressRequest", "PolicyContext", "PolicyOutcome"), ".implementations"),
@@ -51,6 +51,7 @@ __all__ = [
     "AuditChange",
     "AuditPolicy",
     "AuditReport",
+    "CompressFigures",
     "CompressRequest",
     "CompressStep",
     "ContextAuditError",
@@ -136,6 +137,7 @@ if TYPE_CHECKING:
     from .report import (
         AuditChange,
         AuditReport,
+        CompressFigures,
         ContextEvent,
         ContextReport,
         ContextResult,

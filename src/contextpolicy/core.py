@@ -34,6 +34,7 @@ from .errors import (
     InputBudgetError,
     Issue,
 )
+from .handlers._base import BuiltinHandler
 from .implementations import DEFAULT_IMPLEMENTATIONS, Implementation
 from .implementations.audit import audit_report
 from .implementations.base import (
@@ -216,6 +217,9 @@ class _Run:
         self.sink = sink
         self.cancel = cancel
         self.on_step_error = on_step_error
+        # The calls of built-in handlers, by step id: (handler, content given, value returned),
+        # so that their steps' figures are measured from what went in and came out.
+        self.calls: dict[str, tuple[BuiltinHandler, Any, Any]] = {}
 
     def _check_policy(
         self, policy: Any, handlers: Any, counter: Any, is_async: bool
@@ -306,6 +310,8 @@ class _Run:
         else:
             measures_after = [ctx.measure(f) for f in outcome.fragments]
             after = _usage(outcome.fragments, measures_after, self.counter)
+        if self.calls or self.custom:
+            outcome = self._with_handler_figures(outcome, warnings)
         data = self._report(plan, outcome, before, after, measures_before, measures_after,
                             warnings)
         fragments = list(outcome.fragments)
@@ -441,10 +447,43 @@ class _Run:
         return PolicyOutcome(fragments=outcome.fragments, steps=checked, triggered=triggered,
                              audit=audit), warnings
 
+    def _with_handler_figures(
+        self, outcome: PolicyOutcome, warnings: list[PlanWarning]
+    ) -> PolicyOutcome:
+        """The outcome with each applied compress step by a built-in handler carrying its
+        figures, measured from the handler's input and output; a figure an implementation
+        claimed is replaced by the measurement (``figure-replaced``)."""
+        from .handlers._figures import measure_figures
+
+        steps: list[StepReport] = []
+        for step in outcome.steps:
+            measured = None
+            call = self.calls.get(step.id)
+            if call is not None and step.kind == "compress" and step.status == "applied":
+                handler, given, returned = call
+                removed = (step.chars_before - step.chars_after
+                           if step.chars_before is not None and step.chars_after is not None
+                           else None)
+                measured = measure_figures(handler, given, returned, removed)
+            if step.handler_figures != measured:
+                if step.handler_figures is not None:
+                    warnings.append(PlanWarning(
+                        code="figure-replaced", fragment_id=step.fragment_id, index=None,
+                        tool_call_id=None, message=f"step {step.id!r}: handlerFigures "
+                        f"{step.handler_figures!r} claimed, {measured!r} measured",
+                    ))
+                step = step.model_copy(update={"handler_figures": measured})
+            steps.append(step)
+        return PolicyOutcome(fragments=outcome.fragments, steps=steps,
+                             triggered=outcome.triggered, audit=outcome.audit)
+
     def _run_impl(self, ctx: PolicyContext) -> Generator[Any, Any, Any]:
         value = self.impl(ctx)
         if inspect.isgenerator(value):
-            value = yield from (_checked_calls(value, self.policy.mode) if self.custom else value)
+            gen = _checked_calls(value, self.policy.mode) if self.custom else value
+            if any(isinstance(h, BuiltinHandler) for h in self.handlers.values()):
+                gen = _recorded(gen, self.calls)
+            value = yield from gen
         elif inspect.isawaitable(value):
             if not self.is_async:
                 close = getattr(value, "close", None)
@@ -605,7 +644,7 @@ def fused_report_json(
              "reason": d[1], "message": None, "charsBefore": d[2], "charsAfter": d[3],
              "tokensBefore": None, "tokensAfter": None, "targetChars": step.target_chars,
              "groupsBefore": d[4], "groupsAfter": d[5], "messagesRemoved": d[6],
-             "handlerId": None}
+             "handlerId": None, "handlerFigures": None}
             for step, d in zip(policy.steps, done, strict=True)
         ]
     else:
@@ -660,6 +699,23 @@ def _checked_calls(gen: Generator[Any, Any, Any], mode: str) -> Generator[Any, A
                 f"the {mode} implementation yielded {type(item).__name__}, not a HandlerCall"
             )
         reply = yield item
+
+
+def _recorded(
+    gen: Generator[Any, Any, Any], calls: dict[str, tuple[BuiltinHandler, Any, Any]]
+) -> Generator[Any, Any, Any]:
+    """An implementation's generator, passed through, with every call of a built-in handler
+    that returned recorded in ``calls`` by step id."""
+    reply: Any = None
+    while True:
+        try:
+            item = gen.send(reply)
+        except StopIteration as stop:
+            return stop.value
+        reply = yield item
+        if (isinstance(item, HandlerCall) and isinstance(item.handler, BuiltinHandler)
+                and isinstance(reply, HandlerReply) and reply.error is None):
+            calls[item.request.step_id] = (item.handler, item.request.content, reply.value)
 
 
 def _call_sync(call: HandlerCall) -> HandlerReply:

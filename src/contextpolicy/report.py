@@ -21,6 +21,7 @@ _new = object.__new__
 __all__ = [
     "AuditChange",
     "AuditReport",
+    "CompressFigures",
     "ContextEvent",
     "ContextReport",
     "ContextResult",
@@ -58,6 +59,27 @@ class Watermark(_Report):
 StepStatus = Literal["applied", "unchanged", "skipped", "failed"]
 
 
+class CompressFigures(_Report):
+    """What an applied compress step by a built-in handler (``contextpolicy.handlers``) did,
+    measured by the core from the content the handler was given and the content it returned.
+
+    ``handler``: the built-in handler (``clear-tool-results``, ``truncate-messages``,
+    ``summarize``); ``charsRemoved``: the step's ``charsBefore - charsAfter``. Then, by
+    handler: ``resultsCleared`` (tool results whose content was replaced) and ``inputsCleared``
+    (tool calls whose arguments were emptied); ``messagesTruncated`` (messages whose text was
+    cut); ``messagesSummarized`` (messages replaced by the summary) and ``summaryChars``. A
+    figure that does not apply to the handler is ``null``.
+    """
+
+    handler: str
+    chars_removed: int | None = None
+    results_cleared: int | None = None
+    inputs_cleared: int | None = None
+    messages_truncated: int | None = None
+    messages_summarized: int | None = None
+    summary_chars: int | None = None
+
+
 class StepReport(_Report):
     """What one reduction step did. ``reason`` is a stable code:
 
@@ -82,6 +104,8 @@ class StepReport(_Report):
     groups_after: int | None = None
     messages_removed: int = 0
     handler_id: str | None = None
+    handler_figures: CompressFigures | None = None
+    """For a compress step a built-in handler applied: what it did, measured."""
 
 
 class FragmentUsage(_Report):
@@ -290,13 +314,18 @@ _WARNING_KEYS = _aliases(PlanWarning)
 
 
 def flat_json(model: StepReport | PlanWarning) -> dict[str, Any]:
-    """``model.to_json_dict()`` of a report entry whose fields are all JSON scalars."""
+    """``model.to_json_dict()`` of a report entry whose fields are all JSON scalars (a step's
+    ``handlerFigures`` aside, which is its own document)."""
     kind = type(model)
     keys = _STEP_KEYS if kind is StepReport else _WARNING_KEYS if kind is PlanWarning else None
     if keys is None:  # a subclass of the caller's: its own serialisation
         return model.to_json_dict()
     values = model.__dict__
-    return {alias: values[name] for name, alias in keys}
+    out = {alias: values[name] for name, alias in keys}
+    figures = out.get("handlerFigures")
+    if figures is not None:
+        out["handlerFigures"] = figures.to_json_dict()
+    return out
 
 
 # FragmentUsage records: its fields in order (id, kind, protected, chars_before, chars_after,

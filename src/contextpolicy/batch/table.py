@@ -640,9 +640,33 @@ def _fused_row(run: _Run, messages: list[Any]) -> _ObjectRow:
 
 def _kept(messages: list[Any], output: list[Any]) -> list[int | dict[str, Any]]:
     """The output as indices of the row's messages where it holds them (in order), new
-    messages as they are."""
+    messages as they are.
+
+    A compress handler answers with copies: a message it left as it was (same content, as the
+    model sees it) is the row's own message again, in order, so that its Arrow value is taken
+    as it was rather than built anew; only the messages a handler changed or wrote are new."""
     at = {id(m): i for i, m in enumerate(messages)}
-    return [at.get(id(m), m) if type(m) is dict else m for m in output]
+    kept: list[int | dict[str, Any]] = [at.get(id(m), m) if type(m) is dict else m
+                                        for m in output]
+    if all(isinstance(k, int) for k in kept):
+        return kept
+    from ..content import snapshot
+
+    by_content: dict[Any, list[int]] = {}
+    for i in reversed(range(len(messages))):
+        by_content.setdefault(snapshot(messages[i]), []).append(i)
+    last = -1
+    for j, item in enumerate(kept):
+        if isinstance(item, int):
+            last = item
+            continue
+        found = by_content.get(snapshot(item))
+        while found and found[-1] <= last:  # only a later message keeps the order
+            found.pop()
+        if found:
+            last = found.pop()
+            kept[j] = last
+    return kept
 
 
 # ---------------------------------------------------------------------------------------------
@@ -722,7 +746,30 @@ def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: s
             f"a new message does not fit the column's message type ({exc})", path=column,
             code="schema-mismatch",
         ) from None
+    _check_chars(messages, built, json_fields, column)
     return built.cast(struct_type) if storage != struct_type else built
+
+
+def _check_chars(messages: list[dict[str, Any]], built: Any, json_fields: set[str],
+                 column: str) -> None:
+    """The new messages, as the column holds them, carry the chars they were measured with: a
+    value Arrow's type cannot hold as it is (an emptied tool input in a struct, which reads back
+    with a null for every field) would make the figures say what the table does not."""
+    back = built.to_pylist()
+    if json_fields:
+        for message in back:
+            for key in json_fields & message.keys():
+                if isinstance(message[key], str):
+                    message[key] = _json(message[key], column)
+    measured = _kernel.measure_messages(messages)[1]
+    held = _kernel.measure_messages(back)[1]
+    for i in np.flatnonzero(measured != held).tolist()[:1]:
+        raise ContextPlanError(
+            f"a new message does not fit the column's message type as it is: it holds "
+            f"{int(measured[i])} chars, and {int(held[i])} as the column would hold it "
+            f"(Arrow structs cannot hold an empty tool input, say)", path=column,
+            code="schema-mismatch",
+        )
 
 
 def _take(values: Any, indices: Any) -> Any:
