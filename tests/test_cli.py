@@ -691,3 +691,147 @@ def test_a_compress_policy_names_its_missing_handler_per_line(workdir):
                   "--on-error", "skip", cwd=workdir)
     assert skipped.returncode == 0, skipped.stderr
     assert skipped.stderr.count(b"[unknown-handler]") == 2
+
+
+# ---------------------------------------------------------------------------------------------
+# Built-in compress handlers: --handler, --handlers, and validate knowing their ids
+
+
+CLEAR_POLICY = {"mode": "reduce", "triggerChars": 5000, "steps": [
+    {"id": "old-outputs", "kind": "compress", "fragmentId": "history",
+     "handlerId": "clear-tool-results", "targetChars": 2000},
+    {"id": "short", "kind": "compress", "fragmentId": "history", "handlerId": "short-texts",
+     "targetChars": 2000},
+    {"id": "recent", "kind": "trim", "fragmentId": "history", "keepGroups": 3,
+     "targetChars": 2000}]}
+
+
+def write_traces(path: Path, n: int = 12) -> list[dict]:
+    from contextpolicy.synthetic import agent_trace_corpus
+
+    docs = [{"id": f"t{i}", "messages": m} for i, m in enumerate(agent_trace_corpus(n, seed=5))]
+    path.write_text("".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs), "utf-8")
+    return docs
+
+
+@pytest.mark.parametrize("method", ["fork", "spawn"])
+def test_reduce_runs_built_in_handlers_from_a_handlers_file(workdir, method):
+    from contextpolicy import ContextPlan, process_context
+    from contextpolicy.handlers import clear_tool_results, registry, truncate_messages
+
+    docs = write_traces(workdir / "in.jsonl")
+    (workdir / "p.json").write_text(json.dumps(CLEAR_POLICY))
+    (workdir / "h.json").write_text(json.dumps({
+        "clear-tool-results": {"keep": 2, "excludeTools": ["search_kb"]},
+        "short-texts": {"handler": "truncate-messages", "maxChars": 400}}))
+    outputs = []
+    for jobs in (1, 2):
+        result = run("reduce", "in.jsonl", "--policy", "p.json", "--handlers", "h.json",
+                     "-o", f"out{jobs}.jsonl", "--report", f"r{jobs}.json", "--jobs", jobs,
+                     cwd=workdir, env={"CONTEXTPOLICY_START_METHOD": method})
+        assert result.returncode == 0, result.stderr
+        outputs.append((workdir / f"out{jobs}.jsonl").read_bytes())
+    assert outputs[0] == outputs[1]  # the handlers travel to the workers with their parameters
+    handlers = registry(clear_tool_results(keep=2, exclude_tools=["search_kb"]),
+                        truncate_messages(max_chars=400, handler_id="short-texts"))
+    lines = [json.loads(line) for line in outputs[0].splitlines()]
+    report = json.loads((workdir / "r2.json").read_text())
+    applied = 0
+    for doc, line, entry in zip(docs, lines, report["conversations"], strict=True):
+        expected = process_context(ContextPlan.from_messages(doc["messages"]), CLEAR_POLICY,
+                                   handlers=handlers)
+        assert line["messages"] == expected.input
+        assert entry["report"] == expected.report.model_dump(by_alias=True, mode="json")
+        figures = entry["report"]["steps"][0]["handlerFigures"]
+        if figures is not None:
+            applied += 1
+            assert figures["handler"] == "clear-tool-results" and figures["resultsCleared"] > 0
+    assert applied >= 8
+    assert report["summary"]["charsAfter"] < report["summary"]["charsBefore"] // 4
+
+
+def test_reduce_handler_flag_registers_the_defaults(workdir):
+    write_traces(workdir / "in.jsonl", 4)
+    policy = {**CLEAR_POLICY, "steps": [CLEAR_POLICY["steps"][0]]}
+    (workdir / "p.json").write_text(json.dumps(policy))
+    result = run("reduce", "in.jsonl", "--policy", "p.json", "--handler", "clear-tool-results",
+                 "--handler", "truncate-messages", "-o", "out.jsonl", "-q", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    cleared = [m for line in (workdir / "out.jsonl").read_text().splitlines()
+               for m in json.loads(line)["messages"]
+               if isinstance(m.get("content"), str)
+               and m["content"].startswith("[tool result cleared: ")]
+    assert len(cleared) > 10
+
+
+@pytest.mark.parametrize("args, message", [
+    ([], "--policy: steps[0].handlerId: the built-in handler 'clear-tool-results' is not "
+         "registered: add --handler clear-tool-results (its defaults) or give its parameters "
+         "in --handlers FILE"),
+    (["--handler", "nope"], "--handler nope: not a built-in handler; expected one of "
+                            "clear-tool-results, truncate-messages"),
+    (["--handler", "summarize"], "--handler summarize: summarize needs a summariser function"),
+    (["--handler", "clear-tool-results", "--handler", "clear-tool-results"],
+     "--handler clear-tool-results is given twice"),
+    (["--handler", "clear-tool-results", "--handlers", "h.json"],
+     "h.json: handler 'clear-tool-results' is also given by --handler clear-tool-results"),
+    (["--handlers", "bad.json"], "bad.json: invalid handlers (3 problem(s)):\n"
+     "  clear-tool-results.keep: expected an integer, got str '2' [expected-integer]\n"
+     "  x.handler: 'x' is not a built-in handler id"),
+    (["--handlers", "missing.json"], "missing.json: cannot read the handlers file"),
+])
+def test_reduce_handler_errors_come_before_any_work(workdir, args, message):
+    write_traces(workdir / "in.jsonl", 2)
+    (workdir / "p.json").write_text(json.dumps({**CLEAR_POLICY,
+                                                "steps": [CLEAR_POLICY["steps"][0]]}))
+    (workdir / "h.json").write_text(json.dumps({"clear-tool-results": {}}))
+    (workdir / "bad.json").write_text(json.dumps({
+        "clear-tool-results": {"keep": "2"}, "x": {}, "summarize": {"role": "user"}}))
+    result = run("reduce", "in.jsonl", "--policy", "p.json", *args, "-o", "out.jsonl",
+                 cwd=workdir)
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr.decode()
+    assert not (workdir / "out.jsonl").exists() and leftovers(workdir) == []
+
+
+def test_reduce_handlers_and_parquet_input_say_where_they_apply(workdir):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"messages": [[{"role": "user", "content": "hi"}]]}),
+                   workdir / "in.parquet")
+    (workdir / "p.json").write_text(json.dumps({**CLEAR_POLICY,
+                                                "steps": [CLEAR_POLICY["steps"][0]]}))
+    result = run("reduce", "in.parquet", "--policy", "p.json", "--handler",
+                 "clear-tool-results", "-o", "out.parquet", cwd=workdir)
+    assert result.returncode == 2
+    assert b"--handler and --handlers apply to JSONL input" in result.stderr
+
+
+def test_validate_knows_the_built_in_ids_and_checks_a_handlers_file(workdir):
+    (workdir / "p.json").write_text(json.dumps(CLEAR_POLICY))
+    plain = run("validate", "p.json", cwd=workdir)
+    assert plain.returncode == 0
+    assert plain.stdout.decode().strip() == (
+        "ok: p.json is a valid reduce policy (3 steps); built-in handler clear-tool-results")
+    # With handlers named, the built-in ids count as registered; another id must be given.
+    named = run("validate", "p.json", "--handler", "short-texts", cwd=workdir)
+    assert named.returncode == 0, named.stdout
+    assert named.stdout.decode().strip().endswith(
+        "; handlers short-texts; built-in handler clear-tool-results")
+    missing = run("validate", "p.json", "--handler", "other", cwd=workdir)
+    assert missing.returncode == 1
+    assert ("steps[1].handlerId: no handler 'short-texts' is registered (registered: "
+            "clear-tool-results, other)") in missing.stdout.decode()
+    (workdir / "h.json").write_text(json.dumps({
+        "short-texts": {"handler": "truncate-messages", "maxChars": 300}}))
+    good = run("validate", "p.json", "--handlers", "h.json", cwd=workdir)
+    assert good.returncode == 0 and b"handlers short-texts" in good.stdout
+    (workdir / "bad.json").write_text(json.dumps({
+        "short-texts": {"handler": "truncate-messages", "maxChars": 300, "head": 200,
+                        "tail": 200}}))
+    bad = run("validate", "p.json", "--handlers", "bad.json", cwd=workdir)
+    assert bad.returncode == 1
+    assert bad.stdout.decode().splitlines() == [
+        "bad.json: invalid (1 problem(s))",
+        "  short-texts: head + tail (200 + 200) must not exceed maxChars (300) [invalid-value]"]

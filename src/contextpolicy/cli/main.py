@@ -42,11 +42,83 @@ def _load_policy(path: str) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# handlers
+
+
+def _handler_specs(path: str) -> list[Any]:
+    """The entries of a ``--handlers`` file, or a :class:`CliError` listing every problem."""
+    from ..errors import ContextPolicyError
+    from ..handlers.params import parse_handlers
+
+    try:
+        return parse_handlers(load_json(path, "handlers file"))
+    except ContextPolicyError as exc:
+        lines = [f"{path}: invalid handlers ({len(exc.issues)} problem(s)):"]
+        lines += [f"  {issue}" for issue in exc.issues]
+        raise CliError("\n".join(lines)) from None
+
+
+def _named_handlers(policy: Any) -> list[tuple[str, str]]:
+    """(path, id) of every ``handlerId`` of a policy document (read tolerantly)."""
+    from ..policy.validation import references
+
+    if not isinstance(policy, dict):
+        return []
+    try:
+        refs = references(policy)
+    except Exception:  # a document too broken to read: validation says what is wrong
+        return []
+    return [(ref.path, ref.name) for ref in refs if ref.what == "handler"
+            and isinstance(ref.name, str)]
+
+
+def _handlers(args: argparse.Namespace, policy: Any) -> dict[str, Any] | None:
+    """The handlers of ``reduce``: built-in ones by ``--handler ID`` (with their defaults) and
+    from ``--handlers FILE``; ``None`` when neither is given. A built-in id the policy names
+    without registering it is an error here, before any work."""
+    from ..handlers.params import BUILTIN_IDS, FROM_FILES, SUMMARIZE
+
+    handlers: dict[str, Any] = {}
+    for handler_id in args.handler or ():
+        if handler_id == SUMMARIZE:
+            raise CliError(
+                "--handler summarize: summarize needs a summariser function, which the command "
+                "line cannot give; register contextpolicy.handlers.summarize(fn) from Python"
+            )
+        if handler_id not in FROM_FILES:
+            raise CliError(f"--handler {handler_id}: not a built-in handler; expected one of "
+                           f"{', '.join(FROM_FILES)} (give parameters with --handlers FILE)")
+        if handler_id in handlers:
+            raise CliError(f"--handler {handler_id} is given twice")
+        from ..handlers import with_defaults
+
+        handlers[handler_id] = with_defaults(handler_id)
+    if args.handlers is not None:
+        from ..handlers import from_spec
+
+        for spec in _handler_specs(args.handlers):
+            if spec.handler_id in handlers:
+                raise CliError(f"{args.handlers}: handler {spec.handler_id!r} is also given by "
+                               f"--handler {spec.handler_id}: give it once")
+            handlers[spec.handler_id] = from_spec(spec)
+    for path, name in _named_handlers(policy):
+        if name in BUILTIN_IDS and name not in handlers:
+            how = ("register summarize(fn) from Python: the command line cannot give a "
+                   "summariser function" if name == SUMMARIZE else
+                   f"add --handler {name} (its defaults) or give its parameters in "
+                   "--handlers FILE")
+            raise CliError(f"--policy: {path}: the built-in handler {name!r} is not "
+                           f"registered: {how}")
+    return handlers or None
+
+
+# ---------------------------------------------------------------------------------------------
 # validate
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..errors import ContextPlanError, ContextPolicyError
+    from ..handlers.params import BUILTIN_IDS
     from ..plan import as_plan
     from ..policy import validate_context_policy
 
@@ -57,12 +129,32 @@ def cmd_validate(args: argparse.Namespace) -> int:
             fragments = list(as_plan(load_json(args.plan, "plan")).fragments)
         except ContextPlanError as exc:
             raise CliError(f"{args.plan}: {exc}") from None
+    given = list(args.handler or ())
+    handler_issues: list[Any] = []
+    if args.handlers is not None:
+        from ..handlers.params import parse_handlers
+
+        try:
+            given += [spec.handler_id for spec in parse_handlers(
+                load_json(args.handlers, "handlers file"))]
+        except ContextPolicyError as exc:
+            handler_issues = exc.issues
+    # The built-in ids are known without being given (reduce registers them, summarize comes
+    # from Python).
+    builtin = sorted({name for _, name in _named_handlers(doc) if name in BUILTIN_IDS
+                      and name not in given})
     try:
-        typed = validate_context_policy(doc, fragments, args.handler or ())
+        typed = validate_context_policy(doc, fragments, [*given, *builtin] if given else ())
     except ContextPolicyError as exc:
         print(f"{args.policy}: invalid ({len(exc.issues)} problem(s))")
         for issue in exc.issues:
             print(f"  {issue}")
+        typed = None
+    if handler_issues:
+        print(f"{args.handlers}: invalid ({len(handler_issues)} problem(s))")
+        for issue in handler_issues:
+            print(f"  {issue}")
+    if typed is None or handler_issues:
         return 1
     what = f"a valid {typed.mode} policy"
     if typed.mode == "reduce":
@@ -70,8 +162,11 @@ def cmd_validate(args: argparse.Namespace) -> int:
     checked = []
     if args.plan:
         checked.append(f"references checked against {args.plan}")
-    if args.handler:
-        checked.append(f"handlers {', '.join(args.handler)}")
+    if given:
+        checked.append(f"handlers {', '.join(given)}")
+    if builtin:
+        checked.append(f"built-in handler{'s' if len(builtin) != 1 else ''} "
+                       f"{', '.join(builtin)}")
     print(f"ok: {args.policy} is {what}" + (f"; {'; '.join(checked)}" if checked else ""))
     return 0
 
@@ -213,9 +308,14 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     except ValueError as exc:
         raise CliError(str(exc)) from None
     policy = _load_policy(policy_path)
+    handlers = _handlers(args, policy)
     from .tables import ParquetFromLines, is_parquet, reduce_parquet
 
     table_input = is_parquet(input_path, reading=True)
+    if table_input and handlers is not None:
+        raise CliError(f"{input_path}: --handler and --handlers apply to JSONL input; reduce a "
+                       "Parquet file's table with contextpolicy.batch.reduce_table(table, "
+                       "policy, handlers=...) from Python")
     # Every output checked before anything is opened or any work done: a missing folder, a
     # folder where a file should be, one file named twice, a file the run reads.
     out: Any = AtomicOutput(args.output, discard=example and not args.output)
@@ -257,7 +357,7 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         # Closed on the way out: the workers are stopped before an error is reported.
         results = process_lines(
             batches, policy, jobs=jobs, with_reports=report.enabled,
-            on_batch=progress.update if progress else None,
+            on_batch=progress.update if progress else None, handlers=handlers, runs=True,
         )
         try:
             for result in results:
@@ -496,7 +596,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plan", metavar="PLAN.json",
                    help="check fragmentId/mutableFragmentIds against this plan's fragments")
     p.add_argument("--handler", action="append", metavar="ID",
-                   help="a registered compress handler id (repeatable)")
+                   help="a registered compress handler id (repeatable); the built-in ids "
+                   "(clear-tool-results, truncate-messages, summarize) are known without it")
+    p.add_argument("--handlers", metavar="HANDLERS.json",
+                   help="check this handlers file; its ids count as registered")
     p.set_defaults(func=cmd_validate)
 
     p = sub.add_parser(
@@ -512,7 +615,9 @@ def _parser() -> argparse.ArgumentParser:
         "  contextpolicy reduce                      # the example corpus shipped in the package\n"
         "  contextpolicy reduce chats.jsonl.gz --policy policy.json -o reduced.jsonl \\\n"
         "      --report report.json --jobs 2\n"
-        "  cat chats.jsonl | contextpolicy reduce - --policy policy.json > reduced.jsonl",
+        "  cat chats.jsonl | contextpolicy reduce - --policy policy.json > reduced.jsonl\n"
+        "  contextpolicy reduce traces.jsonl --policy policy.json --handler clear-tool-results "
+        "-o out.jsonl",
     )
     p.add_argument("input", nargs="?", metavar="INPUT",
                    help="JSONL file (.gz too), - for standard input, or a Parquet file with a "
@@ -527,6 +632,12 @@ def _parser() -> argparse.ArgumentParser:
                    "never more than the input has work for); output order is kept")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="a bad line stops the run (fail, default) or is counted and skipped")
+    p.add_argument("--handler", action="append", metavar="ID",
+                   help="register a built-in compress handler with its defaults "
+                   "(clear-tool-results, truncate-messages; repeatable)")
+    p.add_argument("--handlers", metavar="HANDLERS.json",
+                   help='built-in handlers with parameters: {"clear-tool-results": {"keep": 2}, '
+                   '"short": {"handler": "truncate-messages", "maxChars": 1500}}')
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_reduce)
 
