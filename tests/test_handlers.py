@@ -890,6 +890,24 @@ def test_a_subclass_is_measured_for_what_it_did():
     assert step.handler_figures.chars_removed == step.chars_before - step.chars_after
 
 
+def test_events_carry_the_figures_the_report_has():
+    history = make_history("anthropic")
+    events = []
+    policy = {"mode": "reduce", "triggerChars": 1, "steps": [
+        {"id": "clear", "kind": "compress", "fragmentId": "history",
+         "handlerId": "clear-tool-results", "targetChars": 0},
+        {"id": "cut", "kind": "compress", "fragmentId": "history",
+         "handlerId": "truncate-messages", "targetChars": 0}]}
+    result = process_context(plan_of(history), policy, on_event=events.append,
+                             handlers=registry(clear_tool_results(keep=1),
+                                               truncate_messages(max_chars=100)))
+    done = [e.data["step"] for e in events if e.type == "step.completed"]
+    assert [d["handlerFigures"] for d in done] == [
+        s.handler_figures.to_json_dict() for s in result.report.steps]
+    assert done[0]["handlerFigures"]["resultsCleared"] == 9  # 9 calls and the ghost, one kept
+    assert done[1]["handlerFigures"]["messagesTruncated"] > 0
+
+
 def test_report_json_carries_the_figures():
     history = make_history("responses", broken=False)
     result = process_context(plan_of(history), compress_policy("clear-tool-results"),

@@ -23,6 +23,7 @@ triggered, no ``clear_at_least``) they clear the same results for the same ``kee
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -33,11 +34,22 @@ from langchain.agents.middleware import (
     ModelResponse,
 )
 from langchain_core.language_models import BaseChatModel
+from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
+from pydantic import Field
 
+from contextpolicy import ContextPlan, aprocess_context, process_context
 from contextpolicy.adapters.langchain import ContextPolicyMiddleware, to_chat_dicts
-from contextpolicy.handlers import clear_tool_results, registry
+from contextpolicy.handlers import (
+    AsyncSummarize,
+    Summarize,
+    clear_tool_results,
+    is_summary,
+    registry,
+    render_transcript,
+    summarize,
+)
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -216,3 +228,60 @@ def test_the_default_placeholders_differ():
     assert tool_a == ["[cleared]"] * 3
     assert tool_b == [f"[tool result cleared: {len(m.content)} chars]" for m in messages
                       if isinstance(m, ToolMessage)]
+
+
+# ---------------------------------------------------------------------------------------------
+# summarize with a LangChain chat model
+
+
+class RecordingModel(FakeListChatModel):
+    """LangChain's fake chat model, recording the prompts it is sent."""
+
+    prompts: list[Any] = Field(default_factory=list)
+
+    def _call(self, messages: list[BaseMessage], *args: Any, **kwargs: Any) -> str:
+        self.prompts.append([m.content for m in messages])
+        return super()._call(messages, *args, **kwargs)
+
+
+SUMMARY_POLICY = {"mode": "reduce", "triggerChars": 1, "steps": [
+    {"id": "summary", "kind": "compress", "fragmentId": "history", "handlerId": "summarize",
+     "keepGroups": 2, "targetChars": 1500}]}
+
+
+def test_a_langchain_chat_model_summarises_sync_and_async():
+    messages = to_chat_dicts(history()[:-1])
+    plan = ContextPlan.from_messages([*messages, {"role": "user", "content": "and now?"}])
+    model = RecordingModel(responses=["Parcels 0-3 were looked up.", "Async summary."])
+    handler = summarize(model)
+    assert type(handler) is Summarize
+    result = process_context(plan, SUMMARY_POLICY, handlers=registry(handler))
+    first = result.plan.fragment("history").messages[0]
+    assert first["content"] == "Summary of the earlier conversation:\nParcels 0-3 were looked up."
+    assert is_summary(first)
+    (prompt,) = model.prompts[0]
+    older = plan.fragment("history").messages[:len(plan.fragment("history").messages)
+                                               - len(result.plan.fragment("history").messages)
+                                               + 1]
+    assert prompt.endswith(render_transcript(older))
+    aio = summarize(model, use_async=True)
+    assert type(aio) is AsyncSummarize
+    result = asyncio.run(aprocess_context(plan, SUMMARY_POLICY, handlers=registry(aio)))
+    assert result.plan.fragment("history").messages[0]["content"].endswith("\nAsync summary.")
+
+
+def test_the_summary_reaches_a_langchain_model_marked():
+    middleware = ContextPolicyMiddleware(SUMMARY_POLICY, handlers=registry(summarize(
+        FakeListChatModel(responses=["what happened so far"]))))
+    sent = sent_by(middleware, history())
+    summary = sent[0]
+    assert isinstance(summary, HumanMessage)
+    assert summary.content == "Summary of the earlier conversation:\nwhat happened so far"
+    assert summary.additional_kwargs["metadata"]["contextpolicy"]["kind"] == "summary"
+    # Whole groups: every tool message the model receives has its call before it.
+    called = set()
+    for m in sent:
+        if isinstance(m, AIMessage):
+            called |= {c["id"] for c in m.tool_calls}
+        if isinstance(m, ToolMessage):
+            assert m.tool_call_id in called

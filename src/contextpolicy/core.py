@@ -61,6 +61,7 @@ from .prepared import (
 )
 from .report import (
     AuditReport,
+    CompressFigures,
     ContextEvent,
     ContextResult,
     PlanWarning,
@@ -220,6 +221,7 @@ class _Run:
         # The calls of built-in handlers, by step id: (handler, content given, value returned),
         # so that their steps' figures are measured from what went in and came out.
         self.calls: dict[str, tuple[BuiltinHandler, Any, Any]] = {}
+        self._figures: dict[tuple[str, int | None], CompressFigures] = {}
 
     def _check_policy(
         self, policy: Any, handlers: Any, counter: Any, is_async: bool
@@ -258,6 +260,12 @@ class _Run:
     def emit(self, event: str, data: dict[str, Any]) -> None:
         # Event payloads are JSON figures; they are only built when someone listens.
         if self.sink is not None:
+            step = data.get("step")
+            if self.calls and not self.custom and isinstance(step, StepReport):
+                # A built-in handler's step says what it did in its event as in the report.
+                figures = self._handler_figures(step)
+                if figures is not None:
+                    data = {**data, "step": step.model_copy(update={"handler_figures": figures})}
             self.sink(ContextEvent(event, {k: _json_of(v) for k, v in data.items()}))
 
     def steps(self) -> Generator[Any, Any, ContextResult]:
@@ -453,18 +461,9 @@ class _Run:
         """The outcome with each applied compress step by a built-in handler carrying its
         figures, measured from the handler's input and output; a figure an implementation
         claimed is replaced by the measurement (``figure-replaced``)."""
-        from .handlers._figures import measure_figures
-
         steps: list[StepReport] = []
         for step in outcome.steps:
-            measured = None
-            call = self.calls.get(step.id)
-            if call is not None and step.kind == "compress" and step.status == "applied":
-                handler, given, returned = call
-                removed = (step.chars_before - step.chars_after
-                           if step.chars_before is not None and step.chars_after is not None
-                           else None)
-                measured = measure_figures(handler, given, returned, removed)
+            measured = self._handler_figures(step)
             if step.handler_figures != measured:
                 if step.handler_figures is not None:
                     warnings.append(PlanWarning(
@@ -476,6 +475,23 @@ class _Run:
             steps.append(step)
         return PolicyOutcome(fragments=outcome.fragments, steps=steps,
                              triggered=outcome.triggered, audit=outcome.audit)
+
+    def _handler_figures(self, step: StepReport) -> CompressFigures | None:
+        """The figures of an applied compress step by a built-in handler, measured from what
+        the handler was given and returned (once per step); ``None`` for any other step."""
+        call = self.calls.get(step.id)
+        if call is None or step.kind != "compress" or step.status != "applied":
+            return None
+        removed = (step.chars_before - step.chars_after
+                   if step.chars_before is not None and step.chars_after is not None else None)
+        key = (step.id, removed)
+        found = self._figures.get(key)
+        if found is None:
+            from .handlers._figures import measure_figures
+
+            handler, given, returned = call
+            found = self._figures[key] = measure_figures(handler, given, returned, removed)
+        return found
 
     def _run_impl(self, ctx: PolicyContext) -> Generator[Any, Any, Any]:
         value = self.impl(ctx)
