@@ -1,12 +1,18 @@
 """``contextpolicy reduce`` on three JSONL corpora of at least 100 MB each when measuring (chats,
 agent traces, long transcripts; ``synthetic.CORPORA``), against the floor: bare ``orjson.loads``
-over the same lines. ``--jobs 2`` against ``--jobs 1`` on this 2-core machine, and ``--jobs 1``
-with ``--report``."""
+over the same lines. ``--jobs 2`` against ``--jobs 1`` on this 2-core machine, ``--jobs 1``
+with ``--report``, and ``--jobs 1`` with every line parsed into objects (the object path, the
+runner's ``byte_path`` off) against the lines read as bytes.
+
+Each command writes to an output of its own that is removed before it runs: replacing the last
+round's output would add the file system's unlinking of it to the command's time."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import mmap
+import os
 import multiprocessing
 import statistics
 import sys
@@ -16,6 +22,7 @@ import orjson
 import pytest
 
 from contextpolicy.cli import main
+from contextpolicy.jsonl import runner
 from contextpolicy.synthetic import corpus as make_corpus
 
 from .conftest import SEED_POLICY, measuring
@@ -68,9 +75,24 @@ def parse_all(path):
 
 
 def reduce_args(folder, path, jobs, out=None, report=False):
+    out_path = folder / (out or f"out{jobs}.jsonl")
+    report_path = folder / f"report{jobs}.json"
+    for old in (out_path, report_path):
+        with contextlib.suppress(FileNotFoundError):
+            os.remove(old)
     args = ["reduce", str(path), "--policy", str(folder / "policy.json"),
-            "-o", str(folder / (out or f"out{jobs}.jsonl")), "-q", "--jobs", str(jobs)]
-    return args + (["--report", str(folder / f"report{jobs}.json")] if report else [])
+            "-o", str(out_path), "-q", "--jobs", str(jobs)]
+    return args + (["--report", str(report_path)] if report else [])
+
+
+def objects(args):
+    """The command with every line parsed into objects (the object path)."""
+    before = runner._Worker.byte_path
+    runner._Worker.byte_path = False
+    try:
+        return main(args)
+    finally:
+        runner._Worker.byte_path = before
 
 
 def side_by_side(folder, path):
@@ -117,6 +139,7 @@ def test_reduce_ratios_interleaved(benchmark, corpus, request):
         "report": lambda: main(reduce_args(folder, path, 1, "outr.jsonl", report=True)),
         "jobs2": lambda: main(reduce_args(folder, path, 2)),
         "twins": lambda: side_by_side(folder, path),
+        "objects": lambda: objects(reduce_args(folder, path, 1, "outo.jsonl")),
     }
     names = list(commands)
     rounds: list[dict[str, float]] = []
@@ -140,6 +163,15 @@ def test_reduce_ratios_interleaved(benchmark, corpus, request):
         "jobs2 speedup over jobs1": statistics.median(r["jobs1"] / r["jobs2"] for r in rounds),
         "ceiling: 2 x jobs1 / two jobs1 side by side": statistics.median(
             2 * r["jobs1"] / r["twins"] for r in rounds),
+        "jobs1 bytes speedup over jobs1 objects": statistics.median(
+            r["objects"] / r["jobs1"] for r in rounds),
     }
+    # the share of lines read as bytes, from the run's summary
+    main(reduce_args(folder, path, 1, "outs.jsonl", report=True))
+    paths = json.loads((folder / "report1.json").read_text())["summary"]["paths"]
+    benchmark.extra_info["paths"] = paths
+    assert paths["bytes"] + paths["objects"] == count
+    with open(folder / "outo.jsonl", "rb") as a, open(folder / "out1.jsonl", "rb") as b:
+        assert [orjson.loads(x) for x in a] == [orjson.loads(y) for y in b]
     benchmark.extra_info["rounds"] = rounds
     assert len(rounds) == (ROUNDS if measuring(request.config) else 1)

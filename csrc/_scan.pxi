@@ -9,10 +9,18 @@
 
 from libc.math cimport isinf
 
+from libc.string cimport memchr
+
+cdef extern from "scan.h":
+    int64_t cp_plain_end(const uint8_t* p, int64_t i, int64_t n, int* ascii) nogil
+
 cdef extern from "Python.h":
     double PyOS_string_to_double(const char* s, char** endptr, object overflow_exception) except? -1.0
     object PyBytes_FromStringAndSize(const char* v, Py_ssize_t n)
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
+    object PyByteArray_FromStringAndSize(const char* v, Py_ssize_t n)
+    char* PyByteArray_AS_STRING(object b)
+    int PyByteArray_Resize(object b, Py_ssize_t n) except -1
 
 import orjson as _orjson
 
@@ -38,20 +46,6 @@ cdef void* _regrow(void* p, size_t size) except NULL:
         raise MemoryError()
     return q
 
-cdef uint64_t _ONES = 0x0101010101010101ULL
-cdef uint64_t _HIGHS = 0x8080808080808080ULL
-
-
-cdef inline bint _plain8(const uint8_t* p) noexcept nogil:
-    # Eight string bytes none of which is a quote, a backslash, a control byte or non-ASCII.
-    cdef uint64_t w, q, b
-    memcpy(&w, p, 8)
-    q = w ^ 0x2222222222222222ULL
-    b = w ^ 0x5C5C5C5C5C5C5C5CULL
-    return (((w - 0x2020202020202020ULL) & ~w) | w | ((q - _ONES) & ~q)
-            | ((b - _ONES) & ~b)) & _HIGHS == 0
-
-
 cdef inline int _hex4(const uint8_t* p, Py_ssize_t i, Py_ssize_t end) noexcept nogil:
     cdef int v = 0, k, c
     if i + 4 > end:
@@ -67,39 +61,6 @@ cdef inline int _hex4(const uint8_t* p, Py_ssize_t i, Py_ssize_t end) noexcept n
         else:
             return -1
     return v
-
-
-cdef inline int _utf8_seq(const uint8_t* p, Py_ssize_t i, Py_ssize_t end) noexcept nogil:
-    # The length of the valid UTF-8 sequence starting with byte p[i] >= 0x80, or 0: overlong
-    # forms, surrogates and code points past U+10FFFF are invalid (as orjson reads them).
-    cdef uint8_t c = p[i], c1
-    if 0xC2 <= c <= 0xDF:
-        if i + 1 < end and (p[i + 1] & 0xC0) == 0x80:
-            return 2
-        return 0
-    if 0xE0 <= c <= 0xEF:
-        if i + 2 >= end:
-            return 0
-        c1 = p[i + 1]
-        if c == 0xE0 and not (0xA0 <= c1 <= 0xBF):
-            return 0
-        if c == 0xED and not (0x80 <= c1 <= 0x9F):
-            return 0
-        if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80:
-            return 0
-        return 3
-    if 0xF0 <= c <= 0xF4:
-        if i + 3 >= end:
-            return 0
-        c1 = p[i + 1]
-        if c == 0xF0 and not (0x90 <= c1 <= 0xBF):
-            return 0
-        if c == 0xF4 and not (0x80 <= c1 <= 0x8F):
-            return 0
-        if (c1 & 0xC0) != 0x80 or (p[i + 2] & 0xC0) != 0x80 or (p[i + 3] & 0xC0) != 0x80:
-            return 0
-        return 4
-    return 0
 
 
 cdef struct _Sc:
@@ -124,59 +85,57 @@ cdef inline void _ws(_Sc* s) noexcept nogil:
 
 
 cdef int _str(_Sc* s) noexcept nogil:
-    # The string at s.i (a quote): s.i moves past it, s.chars and s.escaped describe it.
+    # The string at s.i (a quote): s.i moves past it, s.chars and s.escaped describe it. Runs of
+    # plain bytes are found and counted (with their UTF-8 validated) a word or a vector at a
+    # time; an escape is decoded in the count.
     cdef const uint8_t* p = s.p
-    cdef Py_ssize_t i = s.i + 1, end = s.end
-    cdef int64_t n = 0
-    cdef int cp, low, k
+    cdef Py_ssize_t i = s.i + 1, end = s.end, j
+    cdef int64_t n = 0, count, bad = 0
+    cdef int cp, low, ascii = 0
     cdef uint8_t c
     s.escaped = False
     while True:
-        while i + 8 <= end and _plain8(p + i):
-            i += 8
-            n += 8
-        if i >= end:
+        j = cp_plain_end(p, i, end, &ascii)
+        if ascii:
+            n += j - i
+        elif j > i:
+            count = cp_utf8_count(p + i, j - i, &bad)
+            if count < 0:
+                return _FALLBACK
+            n += count
+        if j >= end:
             return _FALLBACK
-        c = p[i]
+        c = p[j]
         if c == 34:
             break
-        if c == 92:
-            s.escaped = True
-            if i + 1 >= end:
+        if c != 92:  # a control byte
+            return _FALLBACK
+        s.escaped = True
+        i = j
+        if i + 1 >= end:
+            return _FALLBACK
+        c = p[i + 1]
+        if c == 117:  # \uXXXX, a surrogate pair as one code point
+            cp = _hex4(p, i + 2, end)
+            if cp < 0:
                 return _FALLBACK
-            c = p[i + 1]
-            if c == 117:  # \uXXXX, a surrogate pair as one code point
-                cp = _hex4(p, i + 2, end)
-                if cp < 0:
+            i += 6
+            if 0xD800 <= cp <= 0xDBFF:
+                if i + 1 >= end or p[i] != 92 or p[i + 1] != 117:
+                    return _FALLBACK
+                low = _hex4(p, i + 2, end)
+                if low < 0xDC00 or low > 0xDFFF:
                     return _FALLBACK
                 i += 6
-                if 0xD800 <= cp <= 0xDBFF:
-                    if i + 1 >= end or p[i] != 92 or p[i + 1] != 117:
-                        return _FALLBACK
-                    low = _hex4(p, i + 2, end)
-                    if low < 0xDC00 or low > 0xDFFF:
-                        return _FALLBACK
-                    i += 6
-                elif 0xDC00 <= cp <= 0xDFFF:
-                    return _FALLBACK
-            elif c == 34 or c == 92 or c == 47 or c == 98 or c == 102 or c == 110 or c == 114 \
-                    or c == 116:
-                i += 2
-            else:
+            elif 0xDC00 <= cp <= 0xDFFF:
                 return _FALLBACK
-            n += 1
-        elif c < 0x20:
-            return _FALLBACK
-        elif c < 0x80:
-            i += 1
-            n += 1
+        elif c == 34 or c == 92 or c == 47 or c == 98 or c == 102 or c == 110 or c == 114 \
+                or c == 116:
+            i += 2
         else:
-            k = _utf8_seq(p, i, end)
-            if k == 0:
-                return _FALLBACK
-            i += k
-            n += 1
-    s.i = i + 1
+            return _FALLBACK
+        n += 1
+    s.i = j + 1
     s.chars = n
     return 0
 
@@ -1036,23 +995,20 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     cdef int64_t[::1] ends = ends_a
     cdef int64_t[:, ::1] fig = figures_a
     cdef list raws = [] if raw else None
-    cdef char* out = <char*>malloc(total + 1)
     cdef Py_ssize_t at = 0
-    if out == NULL:
-        if specs != spec:
-            free(specs)
-        raise MemoryError()
     cdef _LineReducer r = _LineReducer()
+    # Written in place, once: no output is longer than its line and a newline.
+    result = PyByteArray_FromStringAndSize(NULL, total)
+    cdef char* out = PyByteArray_AS_STRING(result)
     try:
         for k in range(n):
             at = _reduce_one(r, p, lo_a[k], hi_a[k], specs, nsteps, trigger_chars,
                              watermark_chars, with_history, out, at, &fig[k, 0], raws)
             ends[k] = at
-        result = PyBytes_FromStringAndSize(out, at)
     finally:
-        free(out)
         if specs != spec:
             free(specs)
+    PyByteArray_Resize(result, at)
     return result, ends_a, figures_a, raws
 
 
@@ -1201,3 +1157,63 @@ cdef Py_ssize_t _reduce_one(_LineReducer r, const uint8_t* p, Py_ssize_t lo, Py_
     raws.append(((fired, before, after if nsteps else before, kept, done, warnings, None, ids,
                   totals), id_span))
     return at
+
+
+cdef inline bint _blank_byte(uint8_t c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 13 or c == 11 or c == 12
+
+
+def line_bounds(data, Py_ssize_t offset, Py_ssize_t length):
+    """The lines of ``data[offset:offset + length]`` and where the ones that are not blank lie
+    (see the twin)."""
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"expected a bytes-like object, got {type(data).__name__}") from None
+    if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
+        view.release()
+        raise ValueError("expected a flat, contiguous buffer of bytes")
+    cdef const uint8_t[::1] buf = view.cast("B")
+    cdef Py_ssize_t size = buf.shape[0]
+    if offset < 0 or length < 0 or offset > size or length > size - offset:
+        raise ValueError(f"range {offset}+{length} lies outside the buffer of {size} bytes")
+    cdef const uint8_t* p = &buf[0] if size else NULL
+    cdef Py_ssize_t end = offset + length, at = offset, stop, i, count = 0, number = 0
+    cdef const uint8_t* found
+    # at most one line per newline, and one after the last
+    cdef Py_ssize_t cap = 16
+    cdef int64_t* lines = <int64_t*>malloc(3 * cap * 8)
+    cdef int64_t* grown
+    if lines == NULL:
+        raise MemoryError()
+    try:
+        while at < end:
+            found = <const uint8_t*>memchr(p + at, 10, end - at)
+            stop = end if found == NULL else found - p
+            number += 1
+            i = at
+            while i < stop and _blank_byte(p[i]):
+                i += 1
+            if i < stop:
+                if count == cap:
+                    grown = <int64_t*>realloc(lines, 6 * cap * 8)
+                    if grown == NULL:
+                        raise MemoryError()
+                    lines = grown
+                    cap *= 2
+                lines[3 * count] = number
+                lines[3 * count + 1] = at
+                lines[3 * count + 2] = stop
+                count += 1
+            at = stop + 1
+        table = np.empty((count, 3), dtype=np.int64)
+        if count:
+            memcpy(_data_of(table), lines, 24 * count)
+    finally:
+        free(lines)
+    return number, table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy()
+
+
+cdef void* _data_of(object array) except NULL:
+    cdef int64_t[:, ::1] view = array
+    return <void*>&view[0, 0]

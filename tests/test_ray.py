@@ -75,3 +75,35 @@ def test_counter_built_once_per_worker(cluster):
     expected = reduce_table(pa.table({"messages": chats}), policy, counter=words())
     assert [f["tokens_after"] for f in got.column("figures").to_pylist()] == \
         expected.figures.column("tokens_after").to_pylist()
+
+
+def test_jsonl_lines_read_as_bytes_equal_the_command_line(cluster, tmp_path):
+    import json
+
+    import orjson
+
+    from contextpolicy.batch.ray import ReduceLines, reduce_jsonl
+    from contextpolicy.jsonl.runner import process_lines
+
+    chats = synthetic.corpus("chats", 400, 23)
+    lines = [orjson.dumps({"id": k, "messages": m}) for k, m in enumerate(chats)]
+    lines[7] = b'{"id": 7, "messages": [1]}'  # an error, as the command line says it
+    lines[9] = json.dumps({"id": 9, "messages": chats[9]}, indent=None).encode()  # spaced
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    ds = cluster.data.read_text(str(path))
+    got = pa.concat_tables(cluster.get(reduce_jsonl(ds, POLICY, workers=1, num_cpus=0.5,
+                                                    batch_size=100).to_arrow_refs()))
+    expected = list(process_lines([[(k + 1, line) for k, line in enumerate(lines)]], POLICY))
+    assert got.num_rows == len(lines)
+    assert got.column("text").to_pylist() == [
+        None if r.output is None else r.output[:-1].decode() for r in expected]
+    assert got.column("error").to_pylist() == [r.error for r in expected]
+    assert "expected a message object" in got.column("error")[7].as_py()
+    figures = got.column("figures").to_pylist()
+    assert sum(f["read_as_bytes"] for f in figures if f) == len(lines) - 1
+    assert [f and f["chars_after"] for f in figures] == [
+        r.figures and r.figures[3] for r in expected]
+    # one process, no cluster: the same callable
+    one = ReduceLines(POLICY)(pa.table({"text": [line.decode() for line in lines]}))
+    assert one.column("text").to_pylist() == got.column("text").to_pylist()

@@ -67,6 +67,7 @@ __all__ = [
     "measure",
     "measure_messages",
     "message_text_pieces",
+    "line_bounds",
     "reduce_lines",
     "reduce_plan",
     "reduce_rows",
@@ -1441,7 +1442,7 @@ def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], 
 def reduce_lines(
     data: Any, starts: Any, stops: Any, steps: tuple[tuple[str, int, int, int], ...],
     trigger_chars: int, watermark_chars: int, with_history: bool = False, raw: bool = False,
-) -> tuple[bytes, Int64Array, Int64Array, list[Any] | None]:
+) -> tuple[bytearray, Int64Array, Int64Array, list[Any] | None]:
     """:func:`reduce_transcript` of the transcript lines ``data[starts[i]:stops[i]]``, read and
     written as bytes.
 
@@ -1481,7 +1482,7 @@ def reduce_lines(
         figures[k] = row
         if raws is not None:
             raws.append((records, None if id_node is None else (lo + id_node[1], lo + id_node[2])))
-    return bytes(out), ends, figures, raws
+    return out, ends, figures, raws
 
 
 def _reduce_line(
@@ -1515,3 +1516,39 @@ def _reduce_line(
     records = (fired, before, after, [None if k is None else True for k in kept], done,
                warnings, None, ids, totals)
     return line, records, id_node, row
+
+
+_BLANK = b" \t\n\r\x0b\x0c"
+
+
+def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Int64Array, Int64Array,
+                                                                Int64Array]:
+    """The lines of ``data[offset:offset + length]`` (ended by newlines; the last one may not
+    be): ``(lines, numbers, starts, stops)``, the count of all lines, and for each line that is
+    not blank (ASCII whitespace only) its number from 1 and where it starts and stops."""
+    offset, length = _c_int(offset, "Py_ssize_t"), _c_int(length, "Py_ssize_t")
+    try:
+        view = memoryview(data)
+    except TypeError:
+        raise TypeError(f"expected a bytes-like object, got {type(data).__name__}") from None
+    with view:
+        if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
+            raise ValueError("expected a flat, contiguous buffer of bytes")
+        if offset < 0 or length < 0 or offset + length > view.nbytes:
+            raise ValueError(f"range {offset}+{length} lies outside the buffer of "
+                             f"{view.nbytes} bytes")
+        b = view[offset:offset + length].tobytes()
+    numbers, starts, stops = [], [], []
+    at, number = 0, 0
+    while at < len(b):
+        stop = b.find(b"\n", at)
+        if stop < 0:
+            stop = len(b)
+        number += 1
+        if b[at:stop].strip(_BLANK):
+            numbers.append(number)
+            starts.append(offset + at)
+            stops.append(offset + stop)
+        at = stop + 1
+    return (number, np.array(numbers, dtype=np.int64), np.array(starts, dtype=np.int64),
+            np.array(stops, dtype=np.int64))

@@ -12,16 +12,24 @@ counter or handlers are built once per worker, by the factories given), and
 
 Each output batch is the input batch with its ``messages`` column reduced and, unless
 ``figures_column=None``, a struct column of the row's figures (those of ``reduce_table``).
+
+JSONL goes through :func:`reduce_jsonl` (:class:`ReduceLines`): the lines of
+``ray.data.read_text`` reduced as ``contextpolicy reduce`` reduces them, read as bytes by the
+kernel's scanner where the policy and the line allow::
+
+    ds = ray.data.read_text("conversations/*.jsonl")
+    reduce_jsonl(ds, policy).write_parquet("reduced/")
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
 from .table import reduce_table
 
-__all__ = ["ReduceBatches", "reduce_dataset"]
+__all__ = ["ReduceBatches", "ReduceLines", "reduce_dataset", "reduce_jsonl"]
 
 
 class ReduceBatches:
@@ -80,3 +88,72 @@ def reduce_dataset(ds: Any, policy: Any, *, column: str = "messages",
     }
     kwargs.update(map_batches)
     return ds.map_batches(ReduceBatches, **kwargs)
+
+
+class ReduceLines:
+    """The JSONL runner as a Ray Data callable class: a batch's ``column`` (lines of text, one
+    JSON document each) reduced line by line, as ``contextpolicy reduce`` reduces them.
+
+    The output batch has the reduced line in ``column`` (null for a line that could not be
+    processed), its ``error`` (null, or what the command line would say of it), and a
+    ``figures`` struct: ``triggered``, ``target_reached``, ``chars_before``, ``chars_after``,
+    ``messages_before``, ``messages_after``, ``messages_removed``, ``groups_removed`` and
+    ``read_as_bytes`` (the line went through the kernel's scanner, not the object path).
+    """
+
+    def __init__(self, policy: Any, *, column: str = "text") -> None:
+        from ..jsonl.runner import _Worker
+
+        doc = policy if isinstance(policy, dict) else policy.to_json_dict()
+        self.column = column
+        self.worker = _Worker(doc, False)
+
+    def __call__(self, batch: Any) -> Any:
+        import pyarrow as pa
+
+        table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
+        texts = table.column(self.column).to_pylist()
+        lines = [(k + 1, (text or "").encode("utf-8", "surrogatepass"))
+                 for k, text in enumerate(texts)]
+        _, results = self.worker.batch(lines)
+        out, errors, rows = [], [], []
+        for r in results:
+            out.append(None if r.output is None else bytes(r.output[:-1]).decode(
+                "utf-8", "surrogatepass"))
+            errors.append(r.error)
+            f = r.figures
+            rows.append(None if f is None else {
+                "triggered": bool(f[0]), "target_reached": bool(f[1]), "chars_before": f[2],
+                "chars_after": f[3], "messages_before": f[4], "messages_after": f[5],
+                "messages_removed": f[6], "groups_removed": f[7],
+                "read_as_bytes": bool(r.scanned)})
+        index = table.column_names.index(self.column)
+        table = table.set_column(index, self.column, pa.array(out, pa.string()))
+        table = table.append_column("error", pa.array(errors, pa.string()))
+        return table.append_column("figures", pa.array(rows, _figures_type()))
+
+
+@functools.cache
+def _figures_type() -> Any:
+    import pyarrow as pa
+
+    return pa.struct([("triggered", pa.bool_()), ("target_reached", pa.bool_())] + [
+        (name, pa.int64()) for name in ("chars_before", "chars_after", "messages_before",
+                                        "messages_after", "messages_removed", "groups_removed")
+    ] + [("read_as_bytes", pa.bool_())])
+
+
+def reduce_jsonl(ds: Any, policy: Any, *, column: str = "text", workers: int = 1,
+                 num_cpus: float = 1.0, batch_size: int | None = 4096,
+                 **map_batches: Any) -> Any:
+    """``ds`` (lines of JSONL in ``column``, as ``ray.data.read_text`` reads them) with every
+    line reduced by ``policy`` (see :class:`ReduceLines`), by a pool of ``workers`` actors."""
+    import ray
+
+    kwargs: dict[str, Any] = {
+        "fn_constructor_kwargs": {"policy": policy, "column": column},
+        "batch_format": "pyarrow", "batch_size": batch_size, "num_cpus": num_cpus,
+        "compute": ray.data.ActorPoolStrategy(size=workers),
+    }
+    kwargs.update(map_batches)
+    return ds.map_batches(ReduceLines, **kwargs)

@@ -58,6 +58,10 @@ QUEUED = 2
 # While the main process works through a range itself, it collects finished ranges from the
 # workers after about this much input, so a worker is never left waiting to hand one over.
 POLL_BYTES = 256 << 10
+# Lines read as bytes go to the kernel in chunks of about this much input when they come back as
+# runs (the kernel reads them at gigabytes a second: a chunk is a millisecond or so of work, and
+# its output is one allocation), and of POLL_BYTES when every line has a result of its own.
+SCAN_CHUNK_BYTES = 1 << 20
 # A worker's finished ranges wait in a pipe this large (where the system allows it).
 PIPE_BYTES = 1 << 20
 # A parsed transcript is thousands of acyclic dicts and lists that reference counting frees the
@@ -449,11 +453,14 @@ class _Worker:
         if not isinstance(batch, FileRange):
             if self.scan:
                 data = b"\n".join(raw for _, raw in batch)
-                starts, at = [], 0
+                starts, stops, at = [], [], 0
                 for _, raw in batch:
                     starts.append(at)
-                    at += len(raw) + 1
-                return 0, self._scanned(batch, data, starts, between)
+                    at += len(raw)
+                    stops.append(at)
+                    at += 1
+                return 0, self._scanned(data, [number for number, _ in batch], starts, stops,
+                                        between)
             if len(batch) == 1:
                 runs = long_digit_runs(batch[0][1])
                 exact = {batch[0][0]} if runs else set()
@@ -479,11 +486,11 @@ class _Worker:
             self._buffer = bytearray()
             self._buffer = bytearray(batch.length + max(READ_BUFFER_SLACK, batch.length // 4))
         read_file_range(fd, batch, self._buffer)
-        count, lines, starts = read_range(self._buffer, FileRange(batch.path, 0, batch.length))
         if self.scan:
-            results = self._scanned(lines, self._buffer, starts, between)
-            del lines
-            return count, results
+            count, numbers, starts, stops = _kernel.line_bounds(self._buffer, 0, batch.length)
+            return count, self._scanned(self._buffer, numbers.tolist(), starts.tolist(),
+                                        stops.tolist(), between)
+        count, lines, starts = read_range(self._buffer, FileRange(batch.path, 0, batch.length))
         if lines:
             with memoryview(self._buffer)[:batch.length] as data:
                 exact = _lines_holding(starts, lines, long_digit_runs(data))
@@ -494,42 +501,47 @@ class _Worker:
         return count, results
 
     def _scanned(
-        self, lines: list[Any], data: bytes | bytearray, starts: list[int],
+        self, data: bytes | bytearray, numbers: list[int], starts: list[int], stops: list[int],
         between: Callable[[], None] | None,
     ) -> list[LineResult]:
-        """Results of ``lines`` (``(number, line)``, the lines of ``data`` starting at
-        ``starts``) read as bytes, a chunk of about ``POLL_BYTES`` at a time: consecutive lines
-        of the byte path as one run (``runs``, without reports) or one result per line, the
-        others through the object path."""
+        """Results of the lines of ``data`` (numbered ``numbers``, from ``starts`` to ``stops``)
+        read as bytes, a chunk of about ``POLL_BYTES`` at a time: consecutive lines of the byte
+        path as one run (``runs``, without reports) or one result per line, the others through
+        the object path."""
         results: list[LineResult] = []
         steps, prepared = self.fused, self.prepared
         assert steps is not None
-        with_reports = self.with_reports
-        per_line = with_reports or not self.runs
+        per_line = self.with_reports or not self.runs
+        chunk = POLL_BYTES if per_line else SCAN_CHUNK_BYTES
+        n = len(starts)
         begin = 0
-        while begin < len(lines):
-            end, size = begin, 0
-            while end < len(lines) and (size < POLL_BYTES or end == begin):
-                size += len(lines[end][1])
+        while begin < n:
+            end = begin + 1
+            while end < n and stops[end - 1] - starts[begin] < chunk:
                 end += 1
-            chunk_starts = starts[begin:end]
-            stops = [at + len(lines[k][1]) for k, at in enumerate(chunk_starts, begin)]
             out, ends, figures, raws = _kernel.reduce_lines(
-                data, chunk_starts, stops, steps, prepared._trigger, prepared._watermark,
-                self.needs_history, per_line)
+                data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
+                prepared._watermark, self.needs_history, per_line)
             handled = figures[:, 0].tolist()
             offsets = [0, *ends.tolist()]
-            k = 0
+            if not per_line and all(handled):  # the chunk is one run: its output as it is
+                results.append(self._run(numbers[begin], out, figures.sum(axis=0).tolist(),
+                                         end - begin))
+                k = end - begin
+            else:
+                k = 0
             while k < end - begin:
-                number, raw = lines[begin + k]
+                number = numbers[begin + k]
                 if not handled[k]:
-                    results.append(self.line(number, raw))
+                    with memoryview(data) as view:
+                        raw = view[starts[begin + k]:stops[begin + k]]
+                        results.append(self.line(number, raw))
+                        raw.release()
                     k += 1
                     continue
                 if per_line:
                     results.append(self._scanned_line(
-                        number, out[offsets[k]:offsets[k + 1]], raws[k],
-                        data))
+                        number, bytes(out[offsets[k]:offsets[k + 1]]), raws[k], data))
                     k += 1
                     continue
                 run = k
@@ -542,7 +554,8 @@ class _Worker:
                 between()
         return results
 
-    def _run(self, number: int, output: bytes, sums: list[int], count: int) -> LineResult:
+    def _run(self, number: int, output: bytes | bytearray, sums: list[int], count: int,
+             ) -> LineResult:
         warnings = {code: n for code, n in zip(WARNING_CODES, sums[9:11], strict=True) if n}
         figures = (sums[1], sums[2] if self.reduces else 0, *sums[3:9], warnings)
         return LineResult(number, output=output, figures=figures, lines=count, scanned=count)
@@ -875,9 +888,41 @@ def _child_main(tasks: Any, results: Any, worker: _Worker, inherited: list[Any])
         except BaseException:
             message = (index, None, traceback.format_exc())
         try:
-            results.send(message)
+            _send_results(results, message)
         except OSError:  # the main process has gone
             return
+
+
+def _send_results(conn: Any, message: tuple[int, Any, Any]) -> None:
+    """A range's results through the pipe: the results pickled without their outputs, then the
+    outputs, one after another, as raw bytes (never pickled: one copy fewer on each side)."""
+    index, result, failure = message
+    if result is None:
+        conn.send((index, None, failure, None))
+        return
+    count, lines = result
+    outputs = [r.output for r in lines]
+    sizes = [-1 if o is None else len(o) for o in outputs]
+    for r in lines:
+        r.output = None
+    conn.send((index, (count, lines), None, sizes))
+    body = [o for o in outputs if o]
+    conn.send_bytes(body[0] if len(body) == 1 else b"".join(body))
+
+
+def _received_results(conn: Any, worker: _Worker) -> tuple[int, Any, Any]:
+    """What :func:`_send_results` sent. With ``runs`` the outputs are views of the bytes
+    received (the command line writes them out), otherwise bytes of their own."""
+    index, result, failure, sizes = conn.recv()
+    if sizes is not None:
+        data = conn.recv_bytes()
+        view = memoryview(data) if worker.runs else data
+        at = 0
+        for r, size in zip(result[1], sizes, strict=True):
+            if size >= 0:
+                r.output = view[at:at + size]
+                at += size
+    return index, result, failure
 
 
 def _share_ranges(
@@ -928,7 +973,7 @@ def _share_ranges(
 
     def collect(child: _Child) -> None:
         try:
-            index, result, failure = child.results.recv()
+            index, result, failure = _received_results(child.results, worker)
         except EOFError:
             raise child.died() from None
         if isinstance(failure, BaseException):
