@@ -106,6 +106,8 @@ class LineResult:
     violation: bool = False
     lines: int = 1
     scanned: int = 0  # how many of the lines took the byte path
+    # A run's reports, (line number, report entry) per line, until they are numbered.
+    reports: list[tuple[int, bytes]] | None = None
 
 
 class LineError(Exception):
@@ -273,6 +275,69 @@ def _lines_holding(starts: list[int], lines: list[Any], runs: list[int]) -> set[
     return held
 
 
+class _FusedReports:
+    """The JSON of a line's report from the records of a one-call reduce: what
+    ``dumps(fused_report_json(...))`` writes, byte for byte, from a template per shape of
+    report (its fragments, the statuses and reasons of its steps, what is null) in which only
+    the figures change; a report with warnings is written in full."""
+
+    SENTINEL = 7_319_000_000_000_000_000  # figures no line can have
+    LIMIT = 256  # shapes kept
+
+    def __init__(self, prepared: PreparedPolicy, kinds: dict[str, tuple[str, bool]]) -> None:
+        self.prepared = prepared
+        self.kinds = kinds
+        self.templates: dict[Any, tuple[bytes, list[int]]] = {}
+
+    @staticmethod
+    def _figures(raw: tuple[Any, ...]) -> list[Any]:
+        _, before, after, _, done, _, _, _, totals = raw
+        figures = list(totals[:6])
+        for d in done:
+            figures += d[2:7]
+        for b, a in zip(before, after, strict=True):
+            figures += (b[0], a[0], b[1], a[1])
+        return figures
+
+    def _json(self, raw: tuple[Any, ...]) -> bytes:
+        kinds = self.kinds
+        return dumps(fused_report_json(self.prepared, raw, [kinds[fid] for fid in raw[7]]))
+
+    def render(self, raw: tuple[Any, ...]) -> bytes:
+        fired, _, _, kept, done, found, _, ids, totals = raw
+        if found:
+            return self._json(raw)
+        figures = self._figures(raw)
+        key = (tuple(ids), fired, totals[8], tuple(d[:2] for d in done),
+               tuple(k is not None for k in kept), tuple(f is None for f in figures))
+        template = self.templates.get(key)
+        if template is None:
+            template = self._template(raw, figures)
+            if len(self.templates) < self.LIMIT:
+                self.templates[key] = template
+        text, order = template
+        return text % tuple([figures[i] for i in order])
+
+    def _template(self, raw: tuple[Any, ...], figures: list[Any]) -> tuple[bytes, list[int]]:
+        # The report of this shape with every figure a sentinel of its own, the sentinels
+        # then made %d slots in the order they appear.
+        marks = [None if f is None else self.SENTINEL + i for i, f in enumerate(figures)]
+        fired, before, after, kept, done, found, inputs, ids, totals = raw
+        at = iter(marks)
+        t = [next(at) for _ in range(6)]
+        new_done = [(*d[:2], *(next(at) for _ in range(5))) for d in done]
+        sides = [[next(at) for _ in range(4)] for _ in before]
+        fake = (fired, [(s[0], s[2], b[2]) for s, b in zip(sides, before, strict=True)],
+                [(s[1], s[3], a[2]) for s, a in zip(sides, after, strict=True)], kept,
+                new_done, found, inputs, ids, (*t, *totals[6:]))
+        text = self._json(fake).replace(b"%", b"%%")
+        found_at = sorted((text.index(b"%d" % m), i) for i, m in enumerate(marks)
+                          if m is not None)
+        for _, i in found_at:
+            text = text.replace(b"%d" % marks[i], b"%d", 1)
+        return text, [i for _, i in found_at]
+
+
 class WorkerError(RuntimeError):
     """A worker process failed (its traceback follows) or exited unexpectedly."""
 
@@ -329,6 +394,7 @@ class _Worker:
         self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
                                  for fid in ("system", "history", "question")}
         self.scan = self.fused is not None and self.byte_path
+        self.reports = _FusedReports(prepared, self.transcript_kinds)
 
     def line(self, number: int, raw: bytes | memoryview) -> LineResult:
         exact = number in self._exact if self._checked else bool(long_digit_runs(raw))
@@ -511,7 +577,8 @@ class _Worker:
         results: list[LineResult] = []
         steps, prepared = self.fused, self.prepared
         assert steps is not None
-        per_line = self.with_reports or not self.runs
+        per_line = not self.runs
+        with_reports = self.with_reports
         chunk = POLL_BYTES if per_line else SCAN_CHUNK_BYTES
         n = len(starts)
         begin = 0
@@ -521,10 +588,11 @@ class _Worker:
                 end += 1
             out, ends, figures, raws = _kernel.reduce_lines(
                 data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
-                prepared._watermark, self.needs_history, per_line)
+                prepared._watermark, self.needs_history, per_line or with_reports)
             handled = figures[:, 0].tolist()
             offsets = [0, *ends.tolist()]
-            if not per_line and all(handled):  # the chunk is one run: its output as it is
+            if not per_line and not with_reports and all(handled):
+                # the chunk is one run: its output as it is
                 results.append(self._run(numbers[begin], out, figures.sum(axis=0).tolist(),
                                          end - begin))
                 k = end - begin
@@ -547,8 +615,12 @@ class _Worker:
                 run = k
                 while k < end - begin and handled[k]:
                     k += 1
-                results.append(self._run(number, out[offsets[run]:offsets[k]],
-                                         figures[run:k].sum(axis=0).tolist(), k - run))
+                result = self._run(number, out[offsets[run]:offsets[k]],
+                                   figures[run:k].sum(axis=0).tolist(), k - run)
+                if with_reports:
+                    result.reports = [(numbers[begin + j], self._report(raws[j], data))
+                                      for j in range(run, k)]
+                results.append(result)
             begin = end
             if between is not None:
                 between()
@@ -562,19 +634,21 @@ class _Worker:
 
     def _scanned_line(self, number: int, output: bytes, record: Any,
                       data: bytes | bytearray) -> LineResult:
-        raw, id_span = record
+        raw = record[0]
         figures = _fused_figures(raw, self.reduces and raw[8][8])
         line = LineResult(number, output=output, figures=figures, scanned=1)
-        if not self.with_reports:
-            return line
+        if self.with_reports:
+            line.report = self._report(record, data)
+        return line
+
+    def _report(self, record: Any, data: bytes | bytearray) -> bytes:
+        """The report entry of a line read as bytes (its line number is put in front later)."""
+        raw, id_span = record
         ident = None
         if id_span is not None:
             piece = bytes(data[id_span[0]:id_span[1]])
             ident = reread_exactly(piece) if long_digit_runs(piece) else orjson.loads(piece)
-        kinds = self.transcript_kinds
-        line.report = dumps({"id": ident, "report": fused_report_json(
-            self.prepared, raw, [kinds[fid] for fid in raw[7]])})
-        return line
+        return b'{"id":%b,"report":%b}' % (dumps(ident), self.reports.render(raw))
 
     def _checked_lines(
         self, lines: list[Any], exact: set[int], between: Callable[[], None] | None,
@@ -731,6 +805,10 @@ def process_lines(
             r.line += base
             if r.report is not None:
                 r.report = b'{"line":%d,' % r.line + r.report[1:]
+            elif r.reports is not None:  # a run's, as one piece of the report's list
+                r.report = b",\n".join([b'{"line":%d,%b' % (number + base, entry[1:])
+                                        for number, entry in r.reports])
+                r.reports = None
         base += spanned
         return results
 
