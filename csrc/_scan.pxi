@@ -15,7 +15,8 @@ cdef extern from "scan.h":
     int64_t cp_plain_end(const uint8_t* p, int64_t i, int64_t n, int* ascii) nogil
 
 cdef extern from "Python.h":
-    double PyOS_string_to_double(const char* s, char** endptr, object overflow_exception) except? -1.0
+    # overflow_exception NULL: a value beyond range is +-inf (HUGE_VAL), never an exception
+    double PyOS_string_to_double(const char* s, char** endptr, PyObject* overflow_exception) except? -1.0
     object PyBytes_FromStringAndSize(const char* v, Py_ssize_t n)
     object PyUnicode_DecodeUTF8(const char* s, Py_ssize_t size, const char* errors)
     object PyByteArray_FromStringAndSize(const char* v, Py_ssize_t n)
@@ -40,10 +41,11 @@ SCAN_KEYS = _kernel_py.SCAN_KEYS
 assert SCAN_KEYS == _SCAN_KEYS
 
 
-cdef void* _regrow(void* p, size_t size) except NULL:
+cdef void* _regrow(void* p, size_t size) except NULL nogil:
     cdef void* q = realloc(p, size)
     if q == NULL:
-        raise MemoryError()
+        with gil:
+            raise MemoryError()
     return q
 
 cdef inline int _hex4(const uint8_t* p, Py_ssize_t i, Py_ssize_t end) noexcept nogil:
@@ -140,7 +142,7 @@ cdef int _str(_Sc* s) noexcept nogil:
     return 0
 
 
-cdef int _number(_Sc* s) except -1:
+cdef int _number(_Sc* s) except -1 nogil:
     # A number as RFC 8259 writes it, at most _SCAN_NUMBER bytes, finite as a double.
     cdef const uint8_t* p = s.p
     cdef Py_ssize_t i = s.i, start = s.i, end = s.end
@@ -178,7 +180,8 @@ cdef int _number(_Sc* s) except -1:
     if exponent:  # a double beyond range is an error of orjson's
         memcpy(text, p + start, i - start)
         text[i - start] = 0
-        value = PyOS_string_to_double(text, NULL, None)
+        with gil:
+            value = PyOS_string_to_double(text, NULL, NULL)
         if isinf(value):
             return _FALLBACK
     s.i = i
@@ -199,7 +202,7 @@ cdef int _literal(_Sc* s) noexcept nogil:
     return 0
 
 
-cdef int _value(_Sc* s, int level) except -1:
+cdef int _value(_Sc* s, int level) except -1 nogil:
     # Any JSON value at s.i, validated; level: how deep a container here would nest.
     cdef uint8_t c
     if s.i >= s.end:
@@ -308,7 +311,7 @@ cdef struct _Val:
     bint escaped
 
 
-cdef inline int _take(_Sc* s, _Val* v, int level) except -1:
+cdef inline int _take(_Sc* s, _Val* v, int level) except -1 nogil:
     v.kind = s.p[s.i] if s.i < s.end else 0
     v.start = s.i
     if _value(s, level):
@@ -323,7 +326,7 @@ cdef inline bint _null(_Sc* s, _Val* v) noexcept nogil:
     return v.kind == 110
 
 
-cdef int64_t _json_chars(const uint8_t* p, _Val* v) except -2:
+cdef int64_t _json_chars(const uint8_t* p, _Val* v) except -2 nogil:
     # The compact JSON length of a value (a tool input, non-string arguments), or -1: the
     # object path, for a value holding a run of 19 digits (an integer orjson may read inexactly).
     cdef Py_ssize_t i, run = 0
@@ -338,8 +341,10 @@ cdef int64_t _json_chars(const uint8_t* p, _Val* v) except -2:
                 return -1
         else:
             run = 0
-    value = _loads(PyBytes_FromStringAndSize(<const char*>(p + v.start), v.end - v.start))
-    cdef int64_t length = _compact_json_len(value)
+    cdef int64_t length
+    with gil:
+        value = _loads(PyBytes_FromStringAndSize(<const char*>(p + v.start), v.end - v.start))
+        length = _compact_json_len(value)
     return -1 if length < 0 else length
 
 
@@ -398,7 +403,7 @@ cdef class _LineScan:
         free(self.pr_at)
         free(self.pr_len)
 
-    cdef int _grow_messages(self) except -1:
+    cdef int _grow_messages(self) except -1 nogil:
         cdef Py_ssize_t cap = 64 if self.cap == 0 else 2 * self.cap
         self.m_start = <int64_t*>_regrow(self.m_start, cap * 8)
         self.m_end = <int64_t*>_regrow(self.m_end, cap * 8)
@@ -411,7 +416,7 @@ cdef class _LineScan:
         self.cap = cap
         return 0
 
-    cdef int _grow_ids(self, Py_ssize_t need) except -1:
+    cdef int _grow_ids(self, Py_ssize_t need) except -1 nogil:
         cdef Py_ssize_t cap = self.ids_cap if self.ids_cap else 64
         while cap < need:
             cap *= 2
@@ -422,7 +427,7 @@ cdef class _LineScan:
         self.ids_cap = cap
         return 0
 
-    cdef int _grow_tmp(self) except -1:
+    cdef int _grow_tmp(self) except -1 nogil:
         cdef Py_ssize_t cap = 16 if self.tmp_cap == 0 else 2 * self.tmp_cap
         self.pc_at = <int64_t*>_regrow(self.pc_at, cap * 8)
         self.pc_len = <int64_t*>_regrow(self.pc_len, cap * 8)
@@ -431,7 +436,7 @@ cdef class _LineScan:
         self.tmp_cap = cap
         return 0
 
-    cdef int _part_id(self, bint call, _Val* v) except -1:
+    cdef int _part_id(self, bint call, _Val* v) except -1 nogil:
         # A tool_use block's id or a tool_result block's tool_use_id (-1: none).
         if (self.npc if call else self.npr) >= self.tmp_cap:
             self._grow_tmp()
@@ -452,7 +457,7 @@ cdef class _LineScan:
         return 0
 
     cdef int _parts(self, _Sc* s, int level, int nesting, bint top, int64_t* chars,
-                    int64_t* opaque, uint8_t* flags) except -1:
+                    int64_t* opaque, uint8_t* flags) except -1 nogil:
         # A list of content parts at s.i (a bracket); top: the message's own content, whose
         # blocks carry its flags and ids.
         cdef int opened = _open(s, 91, level)
@@ -476,7 +481,7 @@ cdef class _LineScan:
         return 0
 
     cdef int _part(self, _Sc* s, int level, int nesting, bint top, int64_t* chars,
-                   int64_t* opaque, uint8_t* flags) except -1:
+                   int64_t* opaque, uint8_t* flags) except -1 nogil:
         cdef _Val vals[CP_KEY_COUNT]
         cdef uint32_t seen = 0
         cdef int code, ptype, opened = _open(s, 123, level)
@@ -498,7 +503,10 @@ cdef class _LineScan:
                 return _FALLBACK
             if _next(s, 125, &more):
                 return _FALLBACK
-        for code in (CP_KEY_TYPE, CP_KEY_ID, CP_KEY_TOOL_USE_ID):
+        cdef int checked[3]
+        checked[0], checked[1], checked[2] = CP_KEY_TYPE, CP_KEY_ID, CP_KEY_TOOL_USE_ID
+        for k in range(3):
+            code = checked[k]
             if seen & ((<uint32_t>1) << code) and vals[code].kind == 34 and vals[code].escaped:
                 return _FALLBACK
         ptype = CP_PART_OTHER
@@ -544,7 +552,7 @@ cdef class _LineScan:
             opaque[0] += 1
         return 0
 
-    cdef int _function(self, _Sc* s, int level, int64_t* chars) except -1:
+    cdef int _function(self, _Sc* s, int level, int64_t* chars) except -1 nogil:
         cdef _Val vals[CP_KEY_COUNT]
         cdef uint32_t seen = 0
         cdef int code, opened = _open(s, 123, level)
@@ -575,7 +583,7 @@ cdef class _LineScan:
                 chars[0] += length
         return 0
 
-    cdef int _calls(self, _Sc* s, int level, int64_t* chars, bint* any_call) except -1:
+    cdef int _calls(self, _Sc* s, int level, int64_t* chars, bint* any_call) except -1 nogil:
         # tool_calls at s.i (a bracket): their ids go straight into the line's call ids.
         cdef int opened = _open(s, 91, level), code, sub
         cdef bint more, call_more
@@ -622,7 +630,7 @@ cdef class _LineScan:
                 return _FALLBACK
         return 0
 
-    cdef int _message(self, _Sc* s, int level) except -1:
+    cdef int _message(self, _Sc* s, int level) except -1 nogil:
         cdef _Val role, result_id
         cdef uint32_t seen = 0
         cdef int code, opened, k
@@ -718,7 +726,7 @@ cdef class _LineScan:
         self.m = i + 1
         return 0
 
-    cdef int scan(self, const uint8_t* p, Py_ssize_t lo, Py_ssize_t hi) except -1:
+    cdef int scan(self, const uint8_t* p, Py_ssize_t lo, Py_ssize_t hi) except -1 nogil:
         # The whole line p[lo:hi]; 0 when it takes the byte path.
         cdef _Sc s
         cdef int code, opened, nkeys = 0
@@ -807,6 +815,7 @@ cdef class _LineReducer:
     cdef int64_t* starts
     cdef int64_t* w
     cdef int64_t stamp
+    cdef _Rows s  # the pairing pass's state for the line at hand, and its warnings
 
     def __cinit__(self):
         self.scan = _LineScan()
@@ -829,17 +838,17 @@ cdef class _LineReducer:
         free(self.starts)
         free(self.w)
 
-    cdef int _zeroed(self, int64_t** p, Py_ssize_t n) except -1:
+    cdef int _zeroed(self, int64_t** p, Py_ssize_t n) except -1 nogil:
         # A fresh zeroed block of n entries in place of *p.
         free(p[0])
         p[0] = <int64_t*>calloc(n if n > 0 else 1, 8)
         if p[0] == NULL:
-            raise MemoryError()
+            with gil:
+                raise MemoryError()
         return 0
 
-    cdef Py_ssize_t codes(self, const uint8_t* p) except -1:
+    cdef Py_ssize_t codes(self, _LineScan sc, const uint8_t* p) except -1 nogil:
         # Dense codes for the line's ids, by their bytes: call_codes, res_codes (-1: none).
-        cdef _LineScan sc = self.scan
         cdef Py_ssize_t total = sc.ncalls + sc.nres, size = 16, j, slot, ncodes = 0
         cdef int64_t at, n, code
         cdef uint64_t mask
@@ -856,7 +865,8 @@ cdef class _LineReducer:
             self.table = <int64_t*>malloc(size * 8)
             if self.table == NULL:
                 self.table_cap = 0
-                raise MemoryError()
+                with gil:
+                    raise MemoryError()
             self.table_cap = size
         memset(self.table, 0, size * 8)
         mask = <uint64_t>(size - 1)
@@ -888,9 +898,8 @@ cdef class _LineReducer:
                 self.res_codes[j - sc.ncalls] = code
         return ncodes
 
-    cdef int rows(self, _Rows* s, Py_ssize_t ncodes) except -1:
+    cdef int rows(self, _LineScan sc, _Rows* s, Py_ssize_t ncodes) except -1 nogil:
         # The pairing pass's scratch for this line, in s.
-        cdef _LineScan sc = self.scan
         cdef Py_ssize_t m = sc.m
         if ncodes + 1 > self.state_cap:
             self._zeroed(&self.called, ncodes + 1)
@@ -898,7 +907,7 @@ cdef class _LineReducer:
             self._zeroed(&self.pend_at, ncodes + 1)
             self.state_cap = ncodes + 1
         if 2 * m + 1 > self.group_cap or sc.nres + 1 > self.group_cap:
-            self.group_cap = max(2 * m + 1, sc.nres + 1)
+            self.group_cap = 2 * m + 1 if 2 * m + 1 > sc.nres + 1 else sc.nres + 1
             self._zeroed(&self.starts, self.group_cap)
             self._zeroed(&self.orphan, self.group_cap)
         if 5 * (sc.ncalls + sc.nres) + 5 > self.warn_cap:
@@ -997,36 +1006,81 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     cdef list raws = [] if raw else None
     cdef Py_ssize_t at = 0
     cdef _LineReducer r = _LineReducer()
+    cdef _LineScan sc = r.scan
     # Written in place, once: no output is longer than its line and a newline.
     result = PyByteArray_FromStringAndSize(NULL, total)
     cdef char* out = PyByteArray_AS_STRING(result)
+    cdef int64_t cuts[5]
+    cdef int64_t* steps_rec = <int64_t*>calloc(7 * nsteps + 1, 8)
+    cdef Py_ssize_t done_at
+    if steps_rec == NULL:
+        if specs != spec:
+            free(specs)
+        raise MemoryError()
     try:
-        for k in range(n):
-            at = _reduce_one(r, p, lo_a[k], hi_a[k], specs, nsteps, trigger_chars,
-                             watermark_chars, with_history, out, at, &fig[k, 0], raws)
-            ends[k] = at
+        if raws is None:
+            # Without records no Python object is made per line: other threads run meanwhile.
+            with nogil:
+                for k in range(n):
+                    done_at = _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps,
+                                           trigger_chars, watermark_chars, with_history, out,
+                                           at, &fig[k, 0], steps_rec, cuts)
+                    if done_at >= 0:
+                        at = done_at
+                    ends[k] = at
+        else:
+            for k in range(n):
+                done_at = _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps,
+                                       trigger_chars, watermark_chars, with_history, out, at,
+                                       &fig[k, 0], steps_rec, cuts)
+                if done_at < 0:
+                    raws.append(None)
+                else:
+                    at = done_at
+                    raws.append(_records(r, sc, p, nsteps, with_history, &fig[k, 0],
+                                         steps_rec, cuts))
+                ends[k] = at
     finally:
+        free(steps_rec)
         if specs != spec:
             free(specs)
     PyByteArray_Resize(result, at)
     return result, ends_a, figures_a, raws
 
 
-cdef Py_ssize_t _reduce_one(_LineReducer r, const uint8_t* p, Py_ssize_t lo, Py_ssize_t hi,
-                            const int64_t* specs, Py_ssize_t nsteps, int64_t trigger_chars,
-                            int64_t watermark_chars, bint with_history, char* out,
-                            Py_ssize_t at, int64_t* row, list raws) except -1:
-    # One line: its output written at out + at (returns where it ends), its figures in row,
-    # its records appended to raws (when given).
-    cdef _LineScan sc = r.scan
+cdef enum:
+    _STEP_SKIPPED = 0
+    _STEP_UNCHANGED = 1
+    _STEP_APPLIED = 2
+    # reasons
+    _NOT_TRIGGERED = 0
+    _TARGET_REACHED = 1
+    _WITHIN_TARGET = 2
+    _KEEP_GROUPS_FLOOR = 3
+    _TRIMMED = 4
+    # what _reduce_core leaves in cut[] for the records
+    _HEAD = 0
+    _TAIL = 1
+    _KEPT = 2
+    _FIRED = 3
+    _REACHED = 4
+
+
+cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t lo,
+                             Py_ssize_t hi, const int64_t* specs, Py_ssize_t nsteps,
+                             int64_t trigger_chars, int64_t watermark_chars, bint with_history,
+                             char* out, Py_ssize_t at, int64_t* row, int64_t* steps_out,
+                             int64_t* cut_out) except -2 nogil:
+    # One line: -1 when it takes the object path; otherwise its output is written at out + at
+    # (the return value: where it ends), its figures in row, per step (status, reason, chars
+    # before, chars after, groups before, groups after, messages removed) in steps_out (7
+    # entries a step), where it split and cut in cut_out, its warnings in r.s.
     if sc.scan(p, lo, hi):
-        if raws is not None:
-            raws.append(None)
-        return at
+        return -1
     cdef Py_ssize_t m = sc.m, head = 0, tail, h0, cut, i, j, f, a_lo, a_hi, k
-    cdef Py_ssize_t ncodes = r.codes(p)
-    cdef _Rows s
-    r.rows(&s, ncodes)
+    cdef Py_ssize_t ncodes = r.codes(sc, p)
+    cdef _Rows* s = &r.s
+    r.rows(sc, s, ncodes)
     while head < m and (sc.roles[head] == CP_ROLE_SYSTEM or sc.roles[head] == CP_ROLE_DEVELOPER):
         head += 1
     tail = m
@@ -1034,35 +1088,37 @@ cdef Py_ssize_t _reduce_one(_LineReducer r, const uint8_t* p, Py_ssize_t lo, Py_
         tail -= 1
     cdef Py_ssize_t bounds[4]
     bounds[0], bounds[1], bounds[2], bounds[3] = 0, head, tail, m
-    cdef bint present[3]
-    present[0] = head > 0
-    present[1] = tail > head or with_history
-    present[2] = tail < m
     cdef int64_t total = _sum(sc.chars, 0, m), hist, kept_chars, removed, ngroups
     cdef bint fired = trigger_chars >= 0 and total > trigger_chars
-    cdef int64_t b_chars = total, b_opaque = _sum(sc.opaque, 0, m)
+    cdef int64_t b_chars = total
     cdef int64_t messages_removed = 0, groups_removed = 0
-    cdef list done = [] if raws is not None else None
+    cdef int64_t* rec
     h0 = head
     hist = _sum(sc.chars, head, tail)
     for k in range(nsteps):
+        rec = steps_out + 7 * k
         if not fired or not (watermark_chars >= 0 and total > watermark_chars):
-            if done is not None:
-                done.append(("skipped", "not-triggered" if not fired else "target-reached",
-                             None, None, None, None, 0))
+            rec[0] = _STEP_SKIPPED
+            rec[1] = _NOT_TRIGGERED if not fired else _TARGET_REACHED
+            rec[6] = 0
             continue
-        cut = _rows_cut(&s, h0, tail, <int>specs[3 * k], specs[3 * k + 1], specs[3 * k + 2],
+        cut = _rows_cut(s, h0, tail, <int>specs[3 * k], specs[3 * k + 1], specs[3 * k + 2],
                         &removed, &ngroups)
+        rec[4] = ngroups
         if cut == h0:
-            if done is not None:
-                done.append(("unchanged", "within-target" if hist <= specs[3 * k + 2]
-                             else "keep-groups-floor", hist, hist, ngroups, ngroups, 0))
+            rec[0] = _STEP_UNCHANGED
+            rec[1] = _WITHIN_TARGET if hist <= specs[3 * k + 2] else _KEEP_GROUPS_FLOOR
+            rec[2] = rec[3] = hist
+            rec[5] = ngroups
+            rec[6] = 0
             continue
         kept_chars = hist - _sum(sc.chars, h0, cut)
-        if done is not None:
-            done.append(("applied", "trimmed" if kept_chars <= specs[3 * k + 2]
-                         else "keep-groups-floor", hist, kept_chars, ngroups,
-                         ngroups - removed, cut - h0))
+        rec[0] = _STEP_APPLIED
+        rec[1] = _TRIMMED if kept_chars <= specs[3 * k + 2] else _KEEP_GROUPS_FLOOR
+        rec[2] = hist
+        rec[3] = kept_chars
+        rec[5] = ngroups - removed
+        rec[6] = cut - h0
         total -= hist - kept_chars
         hist = kept_chars
         messages_removed += cut - h0
@@ -1077,7 +1133,7 @@ cdef Py_ssize_t _reduce_one(_LineReducer r, const uint8_t* p, Py_ssize_t lo, Py_
         for i in range(a_lo, a_hi):
             any_tool |= sc.flags[i]
         if any_tool & (F_RESULT | F_CALLS):
-            _rows_warnings(&s, 0, f, a_lo, a_hi)
+            _rows_warnings(s, 0, f, a_lo, a_hi)
     r.stamp = s.stamp
     cdef int64_t orphans = 0, unanswered = 0
     for i in range(s.nwarn):
@@ -1116,25 +1172,53 @@ cdef Py_ssize_t _reduce_one(_LineReducer r, const uint8_t* p, Py_ssize_t lo, Py_
         at += stop - sc.array_end
     out[at] = 10
     at += 1
-    cdef int64_t a_chars = total
-    cdef bint reached = not (watermark_chars >= 0 and a_chars > watermark_chars)
+    cdef bint reached = not (watermark_chars >= 0 and total > watermark_chars)
     row[0] = 1
     row[1] = fired
     row[2] = reached
     row[3] = b_chars
-    row[4] = a_chars
+    row[4] = total
     row[5] = m
     row[6] = m - messages_removed
     row[7] = messages_removed
     row[8] = groups_removed
     row[9] = orphans
     row[10] = unanswered
-    if raws is None:
-        return at
-    # the records of reduce_transcript
-    cdef list ids = [], before = [], after = [], kept = [], warnings = []
+    cut_out[_HEAD] = head
+    cut_out[_TAIL] = tail
+    cut_out[_KEPT] = h0
+    cut_out[_FIRED] = fired
+    cut_out[_REACHED] = reached
+    return at
+
+
+cdef tuple _STATUSES = ("skipped", "unchanged", "applied")
+cdef tuple _REASONS = ("not-triggered", "target-reached", "within-target", "keep-groups-floor",
+                       "trimmed")
+
+
+cdef tuple _records(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t nsteps,
+                    bint with_history, const int64_t* row, const int64_t* steps_rec,
+                    const int64_t* cuts):
+    # The records of reduce_transcript for a line _reduce_core took, and its id's span.
+    cdef Py_ssize_t m = sc.m, head = cuts[_HEAD], tail = cuts[_TAIL], h0 = cuts[_KEPT]
+    cdef Py_ssize_t bounds[4]
+    bounds[0], bounds[1], bounds[2], bounds[3] = 0, head, tail, m
+    cdef bint present[3]
+    present[0] = head > 0
+    present[1] = tail > head or with_history
+    present[2] = tail < m
+    cdef list ids = [], before = [], after = [], kept = [], warnings = [], done = []
     cdef list index_of = [None, None, None]
-    cdef Py_ssize_t kept_lo
+    cdef Py_ssize_t f, a_lo, a_hi, kept_lo, i, k
+    cdef const int64_t* rec
+    for k in range(nsteps):
+        rec = steps_rec + 7 * k
+        if rec[0] == _STEP_SKIPPED:
+            done.append(("skipped", _REASONS[rec[1]], None, None, None, None, 0))
+        else:
+            done.append((_STATUSES[rec[0]], _REASONS[rec[1]], rec[2], rec[3], rec[4], rec[5],
+                         rec[6]))
     for f in range(3):
         if not present[f]:
             continue
@@ -1146,17 +1230,17 @@ cdef Py_ssize_t _reduce_one(_LineReducer r, const uint8_t* p, Py_ssize_t lo, Py_
         after.append((_sum(sc.chars, kept_lo, a_hi), a_hi - kept_lo,
                       _sum(sc.opaque, kept_lo, a_hi)))
         kept.append(True if f == 1 and h0 != head else None)
+    cdef _Rows* s = &r.s
     for i in range(s.nwarn):
         warnings.append((index_of[s.w_frag[i]], s.w_index[i],
                          "orphan-tool-result" if s.w_code[i] == 0 else "unanswered-tool-call",
                          _id_text(p, r, s.w_id[i])))
     a_opaque = sum(a[2] for a in after)
-    totals = (b_chars, m, b_opaque, a_chars, m - messages_removed, a_opaque, messages_removed,
-              groups_removed, reached)
+    totals = (row[3], row[5], _sum(sc.opaque, 0, m), row[4], row[6], a_opaque, row[7], row[8],
+              bool(cuts[_REACHED]))
     id_span = None if sc.id_start < 0 else (sc.id_start, sc.id_end)
-    raws.append(((fired, before, after if nsteps else before, kept, done, warnings, None, ids,
-                  totals), id_span))
-    return at
+    return ((bool(cuts[_FIRED]), before, after if nsteps else before, kept, done, warnings,
+             None, ids, totals), id_span)
 
 
 cdef inline bint _blank_byte(uint8_t c) noexcept nogil:
