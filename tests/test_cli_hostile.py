@@ -554,7 +554,24 @@ def test_the_null_device_takes_both_outputs(workdir):
 SIGNALS = ["SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGALRM", "SIGINT"]
 
 
-def started(workdir: Path, args: list[str], signum: int | None = None) -> subprocess.Popen:
+# A policy whose lines go through the object path (a compress step by a built-in handler):
+# --jobs N on a file then starts N - 1 worker processes, which the tests of workers watch. (A
+# policy the kernel runs in one call reads lines as bytes, in threads of the run's own.)
+OBJECT_PATH_POLICY = {"mode": "reduce", "triggerChars": 1800, "targetInputChars": 1500,
+                      "steps": [{"id": "clear", "kind": "compress", "fragmentId": "history",
+                                 "handlerId": "clear-tool-results", "targetChars": 1000},
+                                {"id": "trim", "kind": "trim", "fragmentId": "history",
+                                 "targetChars": 1000, "keepGroups": 2}]}
+
+
+def with_workers(workdir: Path) -> list[str]:
+    """The arguments of a run on the object path (see OBJECT_PATH_POLICY)."""
+    (workdir / "objects.json").write_text(json.dumps(OBJECT_PATH_POLICY))
+    return ["--policy", "objects.json", "--handler", "clear-tool-results"]
+
+
+def started(workdir: Path, args: list[str], signum: int | None = None,
+            policy: list[str] | None = None) -> subprocess.Popen:
     """``contextpolicy reduce ARGS`` with every stream a pipe, ``signum`` at its default (a
     test runner may have inherited it ignored)."""
 
@@ -563,7 +580,8 @@ def started(workdir: Path, args: list[str], signum: int | None = None) -> subpro
             if s is not None:
                 signal.signal(s, signal.SIG_DFL)
 
-    return subprocess.Popen([str(SCRIPT), "reduce", *args, "--policy", "policy.json"],
+    return subprocess.Popen([str(SCRIPT), "reduce", *args,
+                             *(policy or ["--policy", "policy.json"])],
                             cwd=workdir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, preexec_fn=defaults)
 
@@ -600,7 +618,8 @@ def test_a_signal_during_a_run_leaves_no_temporary_file(workdir, name, jobs):
 def test_a_signal_during_a_run_on_a_file_stops_the_workers(workdir, name):
     signum = getattr(signal, name)
     write_corpus(workdir / "in.jsonl", 20, repeat=15)
-    proc = started(workdir, ["in.jsonl", "--report", "r.json", "--jobs", "2"], signum)
+    proc = started(workdir, ["in.jsonl", "--report", "r.json", "--jobs", "2"], signum,
+                   with_workers(workdir))
     assert proc.stdout.read(1) == b"{"  # reducing has begun; nobody reads on: it is blocked
     time.sleep(0.5)
     workers = workers_of(proc.pid)
@@ -672,7 +691,8 @@ def test_workers_end_when_the_run_is_killed(workdir, source):
     write_corpus(workdir / "in.jsonl", 20, repeat=15)
     data = (workdir / "in.jsonl").read_bytes()
     if source == "file":
-        proc = started(workdir, ["in.jsonl", "--report", "r.json", "--jobs", "2"])
+        proc = started(workdir, ["in.jsonl", "--report", "r.json", "--jobs", "2"],
+                       policy=with_workers(workdir))
         assert proc.stdout.read(1) == b"{"  # blocked on its output, its worker on its results
     else:  # a pool of workers, fed from a pipe that stays open
         proc = started(workdir, ["-", "-o", "out.jsonl", "--jobs", "2"])

@@ -11,6 +11,7 @@ import multiprocessing
 import os
 import re
 import sys
+import threading
 from importlib import resources
 from pathlib import Path
 
@@ -187,7 +188,9 @@ def probe(monkeypatch):
     return use
 
 
-def test_the_ranges_are_shared_between_this_process_and_the_workers(corpus, tmp_path, probe):
+def test_the_ranges_are_shared_between_this_process_and_the_workers(corpus, tmp_path, probe,
+                                                                    monkeypatch):
+    monkeypatch.setattr(runner, "SCAN_THREADS", False)  # worker processes for lines as bytes too
     log = tmp_path / "pids"
     probe(log=str(log))
     shared = outcome(corpus, 4_000, 3)
@@ -226,7 +229,8 @@ def test_a_worker_that_dies_stops_the_run_with_its_exit_code(corpus, probe):
 
 
 @pytest.mark.parametrize("exception", [KeyboardInterrupt, GeneratorExit])
-def test_an_interrupted_or_abandoned_run_stops_its_workers(corpus, exception):
+def test_an_interrupted_or_abandoned_run_stops_its_workers(corpus, exception, monkeypatch):
+    monkeypatch.setattr(runner, "SCAN_THREADS", False)
     with InputFile(str(corpus)) as source:
         results = process_lines(source.ranges(4_000, workers=2), POLICY, jobs=2)
         assert next(results).line == 1
@@ -461,3 +465,59 @@ def test_a_file_replaced_during_a_run_is_a_file_error(tmp_path, jobs):
                                         "while it was read"):
         list(process_lines(iter(parts), POLICY, jobs=jobs))
     assert no_workers_left()
+
+
+# ---------------------------------------------------------------------------------------------
+# lines read as bytes: --jobs N on a file is N threads of this process
+
+
+def contextpolicy_threads():
+    return [t for t in threading.enumerate() if t.name.startswith("contextpolicy")]
+
+
+@pytest.mark.parametrize("jobs", [2, 3])
+def test_lines_read_as_bytes_share_the_ranges_between_threads(corpus, jobs, monkeypatch):
+    seen = set()
+    original = runner._Worker.batch
+
+    def batch(self, task, between=None):
+        seen.add(threading.current_thread().name)
+        return original(self, task, between)
+
+    monkeypatch.setattr(runner._Worker, "batch", batch)
+    shared = outcome(corpus, 4_000, jobs)
+    # threads of the pool, never this one (the pool starts a thread only when none is idle)
+    assert 1 <= len(seen) <= jobs and all(name.startswith("contextpolicy") for name in seen)
+    assert not multiprocessing.active_children()
+    assert shared == outcome(corpus, 4_000, 1)
+    assert contextpolicy_threads() == []
+
+
+@pytest.mark.parametrize("exception", [KeyboardInterrupt, GeneratorExit])
+def test_an_interrupted_or_abandoned_threaded_run_stops_its_threads(corpus, exception):
+    with InputFile(str(corpus)) as source:
+        results = process_lines(source.ranges(4_000, workers=2), POLICY, jobs=2, runs=True)
+        assert next(results).scanned
+        assert contextpolicy_threads()
+        if exception is GeneratorExit:
+            results.close()
+        else:
+            with pytest.raises(KeyboardInterrupt):
+                results.throw(KeyboardInterrupt())
+    assert contextpolicy_threads() == []
+
+
+def test_a_failing_range_in_a_thread_is_the_callers_error(corpus, monkeypatch):
+    original = runner._Worker.batch
+    calls = []
+
+    def batch(self, task, between=None):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("a range failed")
+        return original(self, task, between)
+
+    monkeypatch.setattr(runner._Worker, "batch", batch)
+    with pytest.raises(RuntimeError, match="a range failed"):
+        outcome(corpus, 4_000, 2)
+    assert contextpolicy_threads() == []

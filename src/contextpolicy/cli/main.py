@@ -197,6 +197,9 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
     if "columnarRows" in summary:
         rows.append(("rows: columnar path", f"{summary['columnarRows']:,}"))
         rows.append(("rows: object path", f"{summary['objectRows']:,}"))
+    if "paths" in summary:
+        rows.append(("lines read as bytes", f"{summary['paths']['bytes']:,}"))
+        rows.append(("lines parsed", f"{summary['paths']['objects']:,}"))
     if summary["auditViolations"]:
         rows.append(("audit violations", f"{summary['auditViolations']:,}"))
     for code, count in summary["warnings"].items():
