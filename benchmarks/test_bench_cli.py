@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import json
 import mmap
-import os
 import multiprocessing
+import os
 import statistics
 import sys
 import time

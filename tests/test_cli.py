@@ -270,10 +270,11 @@ def test_bad_jobs_value(workdir):
     assert result.returncode == 2 and b"--jobs" in result.stderr
 
 
-def interruptible(workdir: Path, *args: str) -> subprocess.Popen:
+def interruptible(workdir: Path, *args: str, policy: tuple[str, ...] = ("--policy", "policy.json"),
+                  ) -> subprocess.Popen:
     """``contextpolicy reduce ARGS`` with every stream a pipe, ready for a Ctrl-C."""
     return subprocess.Popen(
-        [str(SCRIPT), "reduce", *args, "--policy", "policy.json"], cwd=workdir,
+        [str(SCRIPT), "reduce", *args, *policy], cwd=workdir,
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         # A test runner started in the background inherits an ignored SIGINT; a person at a
         # terminal has it: give the child the terminal's default.
@@ -335,16 +336,23 @@ def running(process: psutil.Process) -> bool:
 
 @ctrl_c
 @pytest.mark.parametrize("jobs", ["1", "2"])
-def test_ctrl_c_on_a_file_stops_the_workers_and_leaves_no_report(workdir, jobs):
+@pytest.mark.parametrize("path", ["objects", "bytes"])
+def test_ctrl_c_on_a_file_stops_the_workers_and_leaves_no_report(workdir, jobs, path):
     # Nobody reads the output, so the run is certainly still going (blocked writing it, its
-    # workers waiting to hand over more) when the interrupt comes.
+    # workers waiting to hand over more) when the interrupt comes. Lines read as bytes are
+    # shared between threads of the run's own; lines of the object path (a compress step)
+    # between worker processes.
+    from .test_cli_hostile import with_workers
+
     write_corpus(workdir / "in.jsonl", 20, repeat=15)
-    proc = interruptible(workdir, "in.jsonl", "--report", "r.json", "--jobs", jobs)
+    policy = tuple(with_workers(workdir)) if path == "objects" else ("--policy", "policy.json")
+    proc = interruptible(workdir, "in.jsonl", "--report", "r.json", "--jobs", jobs,
+                         policy=policy)
     assert proc.stdout.read(1) == b"{"  # reducing has begun
     time.sleep(0.5)
     assert proc.poll() is None, "the run ended before the interrupt"
     workers = workers_of(proc.pid)
-    assert len(workers) == int(jobs) - 1
+    assert len(workers) == (int(jobs) - 1 if path == "objects" else 0)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, err
@@ -794,18 +802,37 @@ def test_reduce_handler_errors_come_before_any_work(workdir, args, message):
     assert not (workdir / "out.jsonl").exists() and leftovers(workdir) == []
 
 
-def test_reduce_handlers_and_parquet_input_say_where_they_apply(workdir):
+def test_reduce_handlers_on_parquet_input_equal_reduce_table(workdir):
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    pq.write_table(pa.table({"messages": [[{"role": "user", "content": "hi"}]]}),
-                   workdir / "in.parquet")
-    (workdir / "p.json").write_text(json.dumps({**CLEAR_POLICY,
-                                                "steps": [CLEAR_POLICY["steps"][0]]}))
+    from contextpolicy.batch import reduce_table
+    from contextpolicy.handlers import with_defaults
+
+    def conversation(k):
+        messages = []
+        for turn in range(6):
+            cid = f"c{k}-{turn}"
+            messages += [
+                {"role": "user", "content": f"question {turn} " * 20},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": cid, "type": "function",
+                     "function": {"name": "search", "arguments": '{"q": "x"}'}}]},
+                {"role": "tool", "tool_call_id": cid, "content": f"result {turn} " * 150}]
+        return messages + [{"role": "user", "content": "and now?"}]
+
+    table = pa.table({"id": list(range(8)), "messages": [conversation(k) for k in range(8)]})
+    pq.write_table(table, workdir / "in.parquet")
+    policy = {**CLEAR_POLICY, "steps": [CLEAR_POLICY["steps"][0]]}
+    (workdir / "p.json").write_text(json.dumps(policy))
     result = run("reduce", "in.parquet", "--policy", "p.json", "--handler",
-                 "clear-tool-results", "-o", "out.parquet", cwd=workdir)
-    assert result.returncode == 2
-    assert b"--handler and --handlers apply to JSONL input" in result.stderr
+                 "clear-tool-results", "-o", "out.parquet", "-q", cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    expected = reduce_table(table, policy,
+                            handlers={"clear-tool-results": with_defaults("clear-tool-results")})
+    got = pq.read_table(workdir / "out.parquet")
+    assert got.column("messages").to_pylist() == expected.table.column("messages").to_pylist()
+    assert "[tool result cleared" in json.dumps(got.column("messages").to_pylist())
 
 
 def test_validate_knows_the_built_in_ids_and_checks_a_handlers_file(workdir):

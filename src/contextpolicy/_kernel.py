@@ -35,8 +35,11 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     measure = _impl.measure
     measure_messages = _impl.measure_messages
     message_text_pieces = _impl.message_text_pieces
+    line_bounds = _impl.line_bounds
+    reduce_lines = _impl.reduce_lines
     reduce_plan = _impl.reduce_plan
     reduce_rows = _impl.reduce_rows
+    SCAN_FIGURES = _impl.SCAN_FIGURES
     ORPHAN_CODE = _impl.ORPHAN_CODE
     UNANSWERED_CODE = _impl.UNANSWERED_CODE
     reduce_transcript = _impl.reduce_transcript

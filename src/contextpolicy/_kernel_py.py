@@ -1329,8 +1329,9 @@ def _scan_parts(b: bytes, node: tuple[Any, ...], depth: int) -> None:
         _no_escape(ptype)
         _no_escape(f.get(b"id"))
         _no_escape(f.get(b"tool_use_id"))
-        code = PART_CODES.get(b[ptype[1] + 1:ptype[2] - 1].decode(), PART_OTHER) if _plain(
-            ptype) else PART_OTHER
+        code = PART_OTHER
+        if ptype is not None and _plain(ptype):
+            code = PART_CODES.get(b[ptype[1] + 1:ptype[2] - 1].decode(), PART_OTHER)
         if code == PART_TEXT and (f.get(b"text") is None or f[b"text"][0] != "s"):
             raise _Fallback
         if code == PART_THINKING and (f.get(b"thinking") is None or f[b"thinking"][0] != "s"):

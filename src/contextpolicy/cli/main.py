@@ -315,10 +315,6 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     from .tables import ParquetFromLines, is_parquet, reduce_parquet
 
     table_input = is_parquet(input_path, reading=True)
-    if table_input and handlers is not None:
-        raise CliError(f"{input_path}: --handler and --handlers apply to JSONL input; reduce a "
-                       "Parquet file's table with contextpolicy.batch.reduce_table(table, "
-                       "policy, handlers=...) from Python")
     # Every output checked before anything is opened or any work done: a missing folder, a
     # folder where a file should be, one file named twice, a file the run reads.
     out: Any = AtomicOutput(args.output, discard=example and not args.output)
@@ -338,7 +334,8 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         if args.jobs > 1 and not args.quiet:
             console.print("contextpolicy: Parquet is reduced in one process, a record batch at "
                           "a time (--jobs applies to JSONL input)")
-        data, name = reduce_parquet(args, console, policy, input_path, out, report_out)
+        data, name = reduce_parquet(args, console, policy, input_path, out, report_out,
+                                    handlers)
         _said(args, console, data, name)
         return 0
     summary = Summary()

@@ -222,9 +222,11 @@ def _first_row(exc: Any, column: str, start: int) -> str:
 
 
 def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: Any,
-                   report_out: Any) -> tuple[dict[str, Any], str]:
-    """Reduce a Parquet file into ``out`` (Parquet, or JSONL for any other name); returns the
-    summary and the input's name."""
+                   report_out: Any, handlers: dict[str, Any] | None = None,
+                   ) -> tuple[dict[str, Any], str]:
+    """Reduce a Parquet file into ``out`` (Parquet, or JSONL for any other name), with the
+    compress ``handlers`` given (each row that needs one goes through the object path);
+    returns the summary and the input's name."""
     pa, pq = _pyarrow()
     from ..errors import ContextPlanError
     from ..jsonl.files import dumps
@@ -240,7 +242,7 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
         raise CliError(f"{input_path}: no column {column!r} (columns: "
                        f"{', '.join(source.schema_arrow.names) or 'none'})")
     try:
-        prepared = prepare_policy(policy)
+        prepared = prepare_policy(policy, handlers=handlers)
     except Exception as exc:  # a policy error is said as the JSONL path says it
         raise CliError(str(exc)) from None
     to_parquet = out.kind != "discard" and is_parquet(out.given)

@@ -106,7 +106,8 @@ class LineResult:
     path (their outputs one after another, their figures added up, warnings by code)."""
 
     line: int
-    output: bytes | None = None
+    # bytes; a run's may be a bytearray, or a view of what a worker process sent
+    output: bytes | bytearray | memoryview | None = None
     report: bytes | None = None
     figures: Figures | None = None
     error: str | None = None
@@ -338,11 +339,11 @@ class _FusedReports:
                 [(s[1], s[3], a[2]) for s, a in zip(sides, after, strict=True)], kept,
                 new_done, found, inputs, ids, (*t, *totals[6:]))
         text = self._json(fake).replace(b"%", b"%%")
-        found_at = sorted((text.index(b"%d" % m), i) for i, m in enumerate(marks)
+        found_at = sorted((text.index(b"%d" % m), m, i) for i, m in enumerate(marks)
                           if m is not None)
-        for _, i in found_at:
-            text = text.replace(b"%d" % marks[i], b"%d", 1)
-        return text, [i for _, i in found_at]
+        for _, mark, _ in found_at:
+            text = text.replace(b"%d" % mark, b"%d", 1)
+        return text, [i for _, _, i in found_at]
 
 
 class WorkerError(RuntimeError):
@@ -533,14 +534,14 @@ class _Worker:
         ``between`` is called after every ``POLL_BYTES`` or so of input."""
         if not isinstance(batch, FileRange):
             if self.scan:
-                data = b"\n".join(raw for _, raw in batch)
+                joined = b"\n".join(raw for _, raw in batch)
                 starts, stops, at = [], [], 0
                 for _, raw in batch:
                     starts.append(at)
                     at += len(raw)
                     stops.append(at)
                     at += 1
-                return 0, self._scanned(data, [number for number, _ in batch], starts, stops,
+                return 0, self._scanned(joined, [number for number, _ in batch], starts, stops,
                                         between)
             if len(batch) == 1:
                 runs = long_digit_runs(batch[0][1])
@@ -568,9 +569,10 @@ class _Worker:
             self._buffer = bytearray(batch.length + max(READ_BUFFER_SLACK, batch.length // 4))
         read_file_range(fd, batch, self._buffer)
         if self.scan:
-            count, numbers, starts, stops = _kernel.line_bounds(self._buffer, 0, batch.length)
-            return count, self._scanned(self._buffer, numbers.tolist(), starts.tolist(),
-                                        stops.tolist(), between)
+            count, numbers_a, starts_a, stops_a = _kernel.line_bounds(self._buffer, 0,
+                                                                      batch.length)
+            return count, self._scanned(self._buffer, numbers_a.tolist(), starts_a.tolist(),
+                                        stops_a.tolist(), between)
         count, lines, starts = read_range(self._buffer, FileRange(batch.path, 0, batch.length))
         if lines:
             with memoryview(self._buffer)[:batch.length] as data:
@@ -623,6 +625,7 @@ class _Worker:
                     k += 1
                     continue
                 if per_line:
+                    assert raws is not None
                     results.append(self._scanned_line(
                         number, bytes(out[offsets[k]:offsets[k + 1]]), raws[k], data))
                     k += 1
@@ -633,6 +636,7 @@ class _Worker:
                 result = self._run(number, out[offsets[run]:offsets[k]],
                                    figures[run:k].sum(axis=0).tolist(), k - run)
                 if with_reports:
+                    assert raws is not None
                     result.reports = [(numbers[begin + j], self._report(raws[j], data))
                                       for j in range(run, k)]
                 results.append(result)
@@ -644,7 +648,8 @@ class _Worker:
     def _run(self, number: int, output: bytes | bytearray, sums: list[int], count: int,
              ) -> LineResult:
         warnings = {code: n for code, n in zip(WARNING_CODES, sums[9:11], strict=True) if n}
-        figures = (sums[1], sums[2] if self.reduces else 0, *sums[3:9], warnings)
+        figures: Figures = (sums[1], sums[2] if self.reduces else 0, sums[3], sums[4], sums[5],
+                            sums[6], sums[7], sums[8], warnings)
         return LineResult(number, output=output, figures=figures, lines=count, scanned=count)
 
     def _scanned_line(self, number: int, output: bytes, record: Any,
