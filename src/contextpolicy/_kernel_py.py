@@ -1421,7 +1421,8 @@ def _line_steps(steps: Any, with_history: bool) -> tuple[tuple[str, int, int, in
     return tuple(checked)
 
 
-def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], list[int]]:
+def _flat_bytes(data: Any) -> bytes:
+    """The bytes of a flat, contiguous buffer (as the compiled kernel reads it in place)."""
     try:
         view = memoryview(data)
     except TypeError:
@@ -1429,7 +1430,11 @@ def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], 
     with view:
         if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
             raise ValueError("expected a flat, contiguous buffer of bytes")
-        b = view.tobytes()
+        return view.tobytes()
+
+
+def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], list[int]]:
+    b = _flat_bytes(data)
     a = _c_array(starts, np.int64)
     z = _c_array(stops, np.int64)
     if len(a) != len(z):
@@ -1528,17 +1533,10 @@ def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Int64Array, I
     be): ``(lines, numbers, starts, stops)``, the count of all lines, and for each line that is
     not blank (ASCII whitespace only) its number from 1 and where it starts and stops."""
     offset, length = _c_int(offset, "Py_ssize_t"), _c_int(length, "Py_ssize_t")
-    try:
-        view = memoryview(data)
-    except TypeError:
-        raise TypeError(f"expected a bytes-like object, got {type(data).__name__}") from None
-    with view:
-        if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
-            raise ValueError("expected a flat, contiguous buffer of bytes")
-        if offset < 0 or length < 0 or offset + length > view.nbytes:
-            raise ValueError(f"range {offset}+{length} lies outside the buffer of "
-                             f"{view.nbytes} bytes")
-        b = view[offset:offset + length].tobytes()
+    whole = _flat_bytes(data)
+    if offset < 0 or length < 0 or offset + length > len(whole):
+        raise ValueError(f"range {offset}+{length} lies outside the buffer of {len(whole)} bytes")
+    b = whole[offset:offset + length]
     numbers, starts, stops = [], [], []
     at, number = 0, 0
     while at < len(b):
