@@ -523,7 +523,9 @@ class _Worker:
     def __reduce__(self) -> tuple[Any, ...]:
         # A spawned worker process validates the policy again from the document.
         # Handlers travel pickled (the built-in ones are plain objects with their parameters).
-        return (_Worker, (self.policy_doc, self.with_reports, self.handlers, self.runs))
+        # Whether lines are read as bytes travels too: a spawned process starts from defaults.
+        return (_Worker, (self.policy_doc, self.with_reports, self.handlers, self.runs),
+                {"scan": self.scan})
 
     def batch(
         self, batch: list[tuple[int, bytes]] | FileRange,
