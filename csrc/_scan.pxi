@@ -322,10 +322,6 @@ cdef inline int _take(_Sc* s, _Val* v, int level) except -1 nogil:
     return 0
 
 
-cdef inline bint _null(_Sc* s, _Val* v) noexcept nogil:
-    return v.kind == 110
-
-
 cdef int64_t _json_chars(const uint8_t* p, _Val* v) except -2 nogil:
     # The compact JSON length of a value (a tool input, non-string arguments), or -1: the
     # object path, for a value holding a run of 19 digits (an integer orjson may read inexactly).

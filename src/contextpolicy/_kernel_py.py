@@ -1501,9 +1501,11 @@ def _reduce_line(
     except (orjson.JSONDecodeError, _Fallback):
         return None
     messages = doc["messages"]
-    head, tail = split_transcript(messages)
     records = reduce_transcript(messages, steps, trigger_chars, watermark_chars, with_history)
     fired, before, after, kept, done, warnings, _, ids, totals = records
+    # where the transcript was split, from the fragments' sizes
+    head = before[0][1] if ids[:1] == ["system"] else 0
+    tail = len(messages) - (before[-1][1] if ids[-1:] == ["question"] else 0)
     cut = head
     if "history" in ids:
         cut = tail - after[ids.index("history")][1]
