@@ -9,7 +9,7 @@
 
 from libc.math cimport isinf
 
-from libc.string cimport memchr
+from libc.string cimport memchr, strlen
 
 cdef extern from "scan.h":
     int64_t cp_plain_end(const uint8_t* p, int64_t i, int64_t n, int* ascii) nogil
@@ -951,6 +951,21 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
                  int64_t watermark_chars, bint with_history=False, bint raw=False):
     """:func:`reduce_transcript` of transcript lines read and written as bytes (see the
     twin)."""
+    return _lines(data, starts, stops, steps, trigger_chars, watermark_chars, with_history, raw,
+                  False, None)
+
+
+def report_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
+                 int64_t watermark_chars, bint with_history, template):
+    """:func:`reduce_lines`, and each line's report entry written from ``template`` (see the
+    twin)."""
+    return _lines(data, starts, stops, steps, trigger_chars, watermark_chars, with_history,
+                  False, True, template)
+
+
+cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
+                  int64_t watermark_chars, bint with_history, bint raw, bint reports,
+                  object template):
     if steps is None:
         raise TypeError("steps: expected a tuple of trims, got None")
     cdef list checked = []
@@ -967,6 +982,11 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
         checked.append((grouping, keep, target))
     if checked and not with_history:
         raise ValueError("trims of the history need with_history")
+    cdef Py_ssize_t nsteps = len(checked)
+    cdef _Template tp
+    if reports:
+        # held for the call: the pieces are pointers into template's bytes
+        template = _entry_template(template, nsteps)
     try:
         view = memoryview(data)
     except TypeError:
@@ -977,7 +997,7 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     cdef const uint8_t[::1] buf = view.cast("B")
     cdef const int64_t[::1] lo_a = np.ascontiguousarray(starts, dtype=np.int64)
     cdef const int64_t[::1] hi_a = np.ascontiguousarray(stops, dtype=np.int64)
-    cdef Py_ssize_t n = lo_a.shape[0], size = buf.shape[0], k, total = 0
+    cdef Py_ssize_t n = lo_a.shape[0], size = buf.shape[0], k, total = 0, longest = 0
     if hi_a.shape[0] != n:
         raise ValueError(f"starts and stops differ in length ({n} != {hi_a.shape[0]})")
     for k in range(n):
@@ -985,19 +1005,15 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
             raise ValueError(f"line {lo_a[k]}..{hi_a[k]} lies outside the buffer of {size} "
                              "bytes")
         total += hi_a[k] - lo_a[k] + 1
+        longest = max(longest, hi_a[k] - lo_a[k] + 1)
     cdef const uint8_t* p = &buf[0] if size else NULL
-    cdef Py_ssize_t nsteps = len(checked)
     cdef int64_t spec[3 * 64]
     cdef int64_t* specs = spec
-    if nsteps > 64:
-        specs = <int64_t*>malloc(sizeof(int64_t) * 3 * nsteps)
-        if specs == NULL:
-            raise MemoryError()
-    for k in range(nsteps):
-        specs[3 * k], specs[3 * k + 1], specs[3 * k + 2] = checked[k]
     ends_a = np.zeros(n, dtype=np.int64)
     figures_a = np.zeros((n, SCAN_FIGURES), dtype=np.int64)
+    entry_ends_a = np.zeros(n if reports else 0, dtype=np.int64)
     cdef int64_t[::1] ends = ends_a
+    cdef int64_t[::1] entry_ends = entry_ends_a
     cdef int64_t[:, ::1] fig = figures_a
     cdef list raws = [] if raw else None
     cdef Py_ssize_t at = 0
@@ -1007,13 +1023,30 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     result = PyByteArray_FromStringAndSize(NULL, total)
     cdef char* out = PyByteArray_AS_STRING(result)
     cdef int64_t cuts[5]
-    cdef int64_t* steps_rec = <int64_t*>calloc(7 * nsteps + 1, 8)
+    cdef int64_t* steps_rec = NULL
     cdef Py_ssize_t done_at
-    if steps_rec == NULL:
-        if specs != spec:
-            free(specs)
-        raise MemoryError()
+    cdef _Buf entries
+    entries.p = NULL
+    entries.n = entries.cap = 0
+    cdef char* scratch = NULL
+    cdef uint8_t* missing = NULL  # lines of the byte path without an entry
+    cdef bint any_missing = False
+    memset(&tp, 0, sizeof(tp))
     try:
+        if nsteps > 64:
+            specs = <int64_t*>malloc(sizeof(int64_t) * 3 * nsteps)
+            if specs == NULL:
+                raise MemoryError()
+        for k in range(nsteps):
+            specs[3 * k], specs[3 * k + 1], specs[3 * k + 2] = checked[k]
+        steps_rec = <int64_t*>calloc(7 * nsteps + 1, 8)
+        if steps_rec == NULL:
+            raise MemoryError()
+        if reports:
+            _template_of(template, nsteps, &tp)
+            missing = <uint8_t*>calloc(n + 1, 1)
+            if missing == NULL:
+                raise MemoryError()
         if raws is None:
             # Without records no Python object is made per line: other threads run meanwhile.
             with nogil:
@@ -1023,7 +1056,13 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
                                            at, &fig[k, 0], steps_rec, cuts)
                     if done_at >= 0:
                         at = done_at
+                        if reports and not _put_entry(&tp, &entries, r, sc, p, nsteps,
+                                                      with_history, &fig[k, 0], steps_rec, cuts):
+                            missing[k] = 1
+                            any_missing = True
                     ends[k] = at
+                    if reports:
+                        entry_ends[k] = entries.n
         else:
             for k in range(n):
                 done_at = _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps,
@@ -1036,12 +1075,333 @@ def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
                     raws.append(_records(r, sc, p, nsteps, with_history, &fig[k, 0],
                                          steps_rec, cuts))
                 ends[k] = at
+        if reports:
+            # The records of the lines without an entry, from a second reading of each.
+            raws = [None] * n
+            if any_missing:
+                scratch = <char*>malloc(longest + 1)
+                if scratch == NULL:
+                    raise MemoryError()
+                for k in range(n):
+                    if missing[k]:
+                        _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps, trigger_chars,
+                                     watermark_chars, with_history, scratch, 0, &fig[k, 0],
+                                     steps_rec, cuts)
+                        raws[k] = _records(r, sc, p, nsteps, with_history, &fig[k, 0],
+                                           steps_rec, cuts)
+            written = PyByteArray_FromStringAndSize(entries.p, entries.n)
     finally:
         free(steps_rec)
         if specs != spec:
             free(specs)
+        free(entries.p)
+        free(scratch)
+        free(missing)
+        _template_free(&tp)
     PyByteArray_Resize(result, at)
+    if reports:
+        return result, ends_a, figures_a, written, entry_ends_a, raws
     return result, ends_a, figures_a, raws
+
+
+# ---------------------------------------------------------------------------------------------
+# report entries (report_lines): programs of bytes and slots, checked as the twin does
+
+cdef enum:
+    _SLOT_ID = 0
+    _SLOT_TRIGGERED = 1
+    _SLOT_TARGET_REACHED = 9
+    _SLOT_STEPS = 10
+    _SLOT_FRAGMENTS = 11
+    _SLOT_STATUS = 12
+    _SLOT_REASON = 13
+    _SLOT_MESSAGES_REMOVED = 18
+    _SLOT_CHANGED = 23
+    _SLOTS = 24
+
+ENTRY_SLOTS = _kernel_py.ENTRY_SLOTS
+assert len(ENTRY_SLOTS) == _SLOTS
+assert _kernel_py.ENTRY_SLOTS[_SLOT_STEPS] == "steps"
+assert _kernel_py.ENTRY_SLOTS[_SLOT_CHANGED] == "fragment-changed"
+
+cdef struct _Program:
+    Py_ssize_t n  # slots; n + 1 pieces
+    const char** piece
+    Py_ssize_t* size
+    int* slot
+
+cdef struct _Template:
+    _Program head
+    _Program* steps
+    Py_ssize_t nsteps
+    _Program fragments[3]
+    Py_ssize_t bound  # the most an entry writes but its id
+    Py_ssize_t ids  # how many times it writes its id
+
+cdef struct _Buf:
+    char* p
+    Py_ssize_t n, cap
+
+
+cdef tuple _entry_template(object template, Py_ssize_t nsteps):
+    # The twin's checks, in its order and words.
+    if type(template) is not tuple or len(template) != 3:
+        raise TypeError("template: expected a tuple (head, steps, fragments)")
+    head, steps, fragments = template
+    if type(steps) is not tuple or len(steps) != nsteps:
+        raise ValueError(f"template: expected a tuple of a program for each of the {nsteps} "
+                         "steps")
+    if type(fragments) is not tuple or len(fragments) != 3:
+        raise ValueError("template: expected a tuple of a program for each of the 3 fragments")
+    _entry_program(head, 0, 12, "template head")
+    for i, program in enumerate(steps):
+        _entry_program(program, 12, 19, f"template steps[{i}]")
+    for i, program in enumerate(fragments):
+        _entry_program(program, 19, 24, f"template fragments[{i}]")
+    return template
+
+
+cdef int _entry_program(object program, int lo, int hi, str where) except -1:
+    if type(program) is not tuple or len(program) % 2 == 0:
+        raise TypeError(f"{where}: expected a tuple of bytes with a slot code between each two")
+    for i, item in enumerate(program):
+        if i % 2 == 0:
+            if type(item) is not bytes:
+                raise TypeError(f"{where}[{i}]: expected bytes, got {type(item).__name__}")
+        elif type(item) is not int or not lo <= item < hi:
+            raise ValueError(f"{where}[{i}]: expected a slot code from {lo} to {hi - 1}")
+    return 0
+
+
+cdef int _program_of(tuple program, _Program* out, Py_ssize_t* bound) except -1:
+    # A checked program's pieces and slots (pointers into its bytes, which the caller holds).
+    cdef Py_ssize_t n = len(program) // 2, i
+    out.piece = <const char**>calloc(n + 1, sizeof(char*))
+    out.size = <Py_ssize_t*>calloc(n + 1, sizeof(Py_ssize_t))
+    out.slot = <int*>calloc(n + 1, sizeof(int))
+    if out.piece == NULL or out.size == NULL or out.slot == NULL:
+        raise MemoryError()
+    out.n = n
+    for i in range(n + 1):
+        piece = <bytes>program[2 * i]
+        out.piece[i] = piece
+        out.size[i] = len(piece)
+        bound[0] += len(piece)
+        if i < n:
+            out.slot[i] = <int>program[2 * i + 1]
+            bound[0] += 24  # the longest value a slot writes: 20 digits, a status, a reason
+    return 0
+
+
+cdef int _template_of(tuple template, Py_ssize_t nsteps, _Template* t) except -1:
+    # The programs, and the most an entry can write: the head once, the steps and the
+    # fragments (with brackets and commas) once for each slot that writes them, the id for
+    # each slot that writes it (t.ids times its length).
+    cdef Py_ssize_t head = 0, steps = 2 + nsteps, fragments = 5, k
+    _program_of(template[0], &t.head, &head)
+    t.steps = <_Program*>calloc(nsteps + 1, sizeof(_Program))
+    if t.steps == NULL:
+        raise MemoryError()
+    t.nsteps = nsteps
+    for k in range(nsteps):
+        _program_of(template[1][k], &t.steps[k], &steps)
+    for k in range(3):
+        _program_of(template[2][k], &t.fragments[k], &fragments)
+    t.bound = head
+    t.ids = 0
+    for k in range(t.head.n):
+        if t.head.slot[k] == _SLOT_STEPS:
+            t.bound += steps
+        elif t.head.slot[k] == _SLOT_FRAGMENTS:
+            t.bound += fragments
+        elif t.head.slot[k] == _SLOT_ID:
+            t.ids += 1
+    return 0
+
+
+cdef void _program_free(_Program* p) noexcept:
+    free(p.piece)
+    free(p.size)
+    free(p.slot)
+
+
+cdef void _template_free(_Template* t) noexcept:
+    cdef Py_ssize_t k
+    _program_free(&t.head)
+    if t.steps != NULL:
+        for k in range(t.nsteps):
+            _program_free(&t.steps[k])
+        free(t.steps)
+    for k in range(3):
+        _program_free(&t.fragments[k])
+
+
+cdef inline Py_ssize_t _put_int(char* out, int64_t v) noexcept nogil:
+    cdef char tmp[24]
+    cdef int i = 0, j = 0
+    cdef uint64_t u = <uint64_t>v
+    if v < 0:
+        out[0] = 45
+        j = 1
+        u = (~u) + 1
+    while True:
+        tmp[i] = <char>(48 + u % 10)
+        i += 1
+        u //= 10
+        if u == 0:
+            break
+    while i:
+        i -= 1
+        out[j] = tmp[i]
+        j += 1
+    return j
+
+
+cdef inline Py_ssize_t _put_bytes(char* out, const char* text, Py_ssize_t n) noexcept nogil:
+    memcpy(out, text, n)
+    return n
+
+
+cdef const char* _STATUS_JSON[3]
+_STATUS_JSON[0] = b'"skipped"'
+_STATUS_JSON[1] = b'"unchanged"'
+_STATUS_JSON[2] = b'"applied"'
+cdef const char* _REASON_JSON[5]
+_REASON_JSON[0] = b'"not-triggered"'
+_REASON_JSON[1] = b'"target-reached"'
+_REASON_JSON[2] = b'"within-target"'
+_REASON_JSON[3] = b'"keep-groups-floor"'
+_REASON_JSON[4] = b'"trimmed"'
+
+
+cdef Py_ssize_t _put_value(char* out, int slot, const int64_t* v, const char* text,
+                           Py_ssize_t size) noexcept nogil:
+    # One slot's value: v[slot], as the slot writes it (text: the id's JSON).
+    if slot == _SLOT_ID:
+        return _put_bytes(out, text, size)
+    if slot == _SLOT_TRIGGERED or slot == _SLOT_TARGET_REACHED or slot == _SLOT_CHANGED:
+        return _put_bytes(out, b"true", 4) if v[slot] else _put_bytes(out, b"false", 5)
+    if slot == _SLOT_STATUS:
+        return _put_bytes(out, _STATUS_JSON[v[slot]], strlen(_STATUS_JSON[v[slot]]))
+    if slot == _SLOT_REASON:
+        return _put_bytes(out, _REASON_JSON[v[slot]], strlen(_REASON_JSON[v[slot]]))
+    if _SLOT_STATUS < slot < _SLOT_MESSAGES_REMOVED and v[_SLOT_STATUS] == _STEP_SKIPPED:
+        return _put_bytes(out, b"null", 4)
+    return _put_int(out, v[slot])
+
+
+cdef Py_ssize_t _put_program(char* out, const _Program* g, int64_t* v, const char* text,
+                             Py_ssize_t size, const _Template* t, _LineScan sc,
+                             const int64_t* steps_rec, const bint* present,
+                             const Py_ssize_t* bounds, Py_ssize_t h0) noexcept nogil:
+    cdef Py_ssize_t at = _put_bytes(out, g.piece[0], g.size[0]), i, k, f, lo, kept_lo
+    cdef bint first
+    cdef const int64_t* rec
+    for i in range(g.n):
+        if g.slot[i] == _SLOT_STEPS:
+            out[at] = 91
+            at += 1
+            for k in range(t.nsteps):
+                if k:
+                    out[at] = 44
+                    at += 1
+                rec = steps_rec + 7 * k
+                v[_SLOT_STATUS] = rec[0]
+                v[_SLOT_REASON] = rec[1]
+                for f in range(2, 7):
+                    v[_SLOT_STATUS + f] = rec[f] if rec[0] != _STEP_SKIPPED or f == 6 else 0
+                at += _put_program(out + at, &t.steps[k], v, text, size, t, sc, steps_rec,
+                                   present, bounds, h0)
+            out[at] = 93
+            at += 1
+        elif g.slot[i] == _SLOT_FRAGMENTS:
+            out[at] = 91
+            at += 1
+            first = True
+            for f in range(3):
+                if not present[f]:
+                    continue
+                if not first:
+                    out[at] = 44
+                    at += 1
+                first = False
+                lo = bounds[f]
+                kept_lo = h0 if f == 1 else lo
+                v[19] = _sum(sc.chars, lo, bounds[f + 1])
+                v[20] = _sum(sc.chars, kept_lo, bounds[f + 1])
+                v[21] = bounds[f + 1] - lo
+                v[22] = bounds[f + 1] - kept_lo
+                v[23] = f == 1 and h0 != bounds[1]
+                at += _put_program(out + at, &t.fragments[f], v, text, size, t, sc, steps_rec,
+                                   present, bounds, h0)
+            out[at] = 93
+            at += 1
+        else:
+            at += _put_value(out + at, g.slot[i], v, text, size)
+        at += _put_bytes(out + at, g.piece[i + 1], g.size[i + 1])
+    return at
+
+
+cdef bint _put_entry(const _Template* t, _Buf* b, _LineReducer r, _LineScan sc,
+                     const uint8_t* p, Py_ssize_t nsteps, bint with_history, const int64_t* row,
+                     const int64_t* steps_rec, const int64_t* cuts) except -1 nogil:
+    # The report entry of a line _reduce_core took, as the twin's _entry writes it from its
+    # records; False (nothing written) where the twin gives none.
+    if r.s.nwarn:
+        return False
+    cdef const char* text = b"null"
+    cdef Py_ssize_t size = 4, i
+    if sc.id_start >= 0:
+        text = <const char*>(p + sc.id_start)
+        size = sc.id_end - sc.id_start
+        if not _written_back(<const uint8_t*>text, size):
+            return False
+    cdef Py_ssize_t m = sc.m, head = cuts[_HEAD], tail = cuts[_TAIL], h0 = cuts[_KEPT]
+    cdef Py_ssize_t bounds[4]
+    bounds[0], bounds[1], bounds[2], bounds[3] = 0, head, tail, m
+    cdef bint present[3]
+    present[0] = head > 0
+    present[1] = tail > head or with_history
+    present[2] = tail < m
+    cdef int64_t v[_SLOTS]
+    memset(v, 0, sizeof(v))
+    v[1] = cuts[_FIRED]
+    v[2] = row[3]
+    v[3] = row[5]
+    v[4] = present[0] + present[1] + present[2]
+    v[5] = _sum(sc.opaque, 0, m)
+    v[6] = row[4]
+    v[7] = row[6]
+    v[8] = _sum(sc.opaque, 0, head) + _sum(sc.opaque, h0, m)
+    v[9] = cuts[_REACHED]
+    cdef Py_ssize_t need = b.n + t.bound + t.ids * size
+    if need > b.cap:
+        b.cap = max(need, 2 * b.cap, 4096)
+        b.p = <char*>_regrow(b.p, b.cap)
+    b.n += _put_program(b.p + b.n, &t.head, v, text, size, t, sc, steps_rec, present, bounds,
+                        h0)
+    return True
+
+
+cdef bint _written_back(const uint8_t* s, Py_ssize_t n) noexcept nogil:
+    # Whether dumps(loads(s)) is s, for a JSON value the scan validated (as the twin says).
+    cdef Py_ssize_t i = 0
+    if n >= 1 and s[0] == 34:
+        return memchr(s, 92, n) == NULL
+    if (n == 4 and (memcmp(s, b"null", 4) == 0 or memcmp(s, b"true", 4) == 0)) or (
+            n == 5 and memcmp(s, b"false", 5) == 0):
+        return True
+    if n >= 1 and s[0] == 45:
+        i = 1
+    if n - i < 1 or n - i > 18:
+        return False
+    if s[i] == 48:
+        return n - i == 1 and i == 0
+    while i < n:
+        if not (48 <= s[i] <= 57):
+            return False
+        i += 1
+    return True
 
 
 cdef enum:

@@ -37,6 +37,8 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     message_text_pieces = _impl.message_text_pieces
     line_bounds = _impl.line_bounds
     reduce_lines = _impl.reduce_lines
+    report_lines = _impl.report_lines
+    ENTRY_SLOTS = _impl.ENTRY_SLOTS
     reduce_plan = _impl.reduce_plan
     reduce_rows = _impl.reduce_rows
     SCAN_FIGURES = _impl.SCAN_FIGURES

@@ -114,7 +114,8 @@ class LineResult:
     violation: bool = False
     lines: int = 1
     scanned: int = 0  # how many of the lines took the byte path
-    # A run's reports, (line number, report entry) per line, until they are numbered.
+    # A run's reports, (line number, report entry without its opening brace) per line, until
+    # they are numbered.
     reports: list[tuple[int, bytes]] | None = None
 
 
@@ -296,6 +297,7 @@ class _FusedReports:
         self.prepared = prepared
         self.kinds = kinds
         self.templates: dict[Any, tuple[bytes, list[int]]] = {}
+        self._entry_template: Any = False  # not made yet
 
     @staticmethod
     def _figures(raw: tuple[Any, ...]) -> list[Any]:
@@ -325,6 +327,62 @@ class _FusedReports:
                 self.templates[key] = template
         text, order = template
         return text % tuple([figures[i] for i in order])
+
+    def entry_template(self) -> tuple[Any, ...] | None:
+        """The template of ``_kernel.report_lines`` for this policy: the programs of a line's
+        report entry (without its opening brace) cut from what :func:`fused_report_json` writes
+        with every figure a sentinel of its slot; None where a sentinel would be ambiguous."""
+        if self._entry_template is False:
+            self._entry_template = self._make_entry_template()
+        return self._entry_template  # type: ignore[return-value]
+
+    def _make_entry_template(self) -> tuple[Any, ...] | None:
+        slot = {name: self.SENTINEL + i for i, name in enumerate(_kernel.ENTRY_SLOTS)}
+        ids = ["system", "history", "question"]
+        nsteps = len(self.prepared._fused or ())
+        done = [tuple(slot[k] for k in ("status", "reason", "chars-before", "chars-after",
+                                         "groups-before", "groups-after", "messages-removed"))
+                ] * nsteps
+        side = (slot["fragment-chars-before"], slot["fragment-messages-before"], 0)
+        after = (slot["fragment-chars-after"], slot["fragment-messages-after"], 0)
+        totals = (slot["before-chars"], slot["before-messages"], slot["before-opaque"],
+                  slot["after-chars"], slot["after-messages"], slot["after-opaque"], 0, 0,
+                  slot["target-reached"])
+        raw: tuple[Any, ...] = (slot["triggered"], [side] * 3, [after] * 3, [True] * 3, done,
+                                [], None, ids, totals)
+        doc = fused_report_json(self.prepared, raw, [self.kinds[fid] for fid in ids])
+        for side_doc in (doc["before"], doc["after"]):
+            side_doc["fragments"] = slot["fragments-count"]
+        steps = doc["steps"]
+        fragments = doc["fragments"]
+        for fragment in fragments:
+            fragment["changed"] = slot["fragment-changed"]
+        doc["steps"], doc["fragments"] = slot["steps"], slot["fragments"]
+        entry = dumps({"id": slot["id"], "report": doc})[1:]
+        if b"%d" % (self.SENTINEL // 10**9) in dumps(self.prepared.policy.to_json_dict()):
+            return None  # a figure of the policy's own could pass for a sentinel
+        programs = (self._program(entry, slot["id"], slot["status"]),
+                    tuple(self._program(dumps(s), slot["status"], slot["fragment-chars-before"])
+                          for s in steps),
+                    tuple(self._program(dumps(f), slot["fragment-chars-before"],
+                                        self.SENTINEL + len(_kernel.ENTRY_SLOTS))
+                          for f in fragments))
+        if None in programs[:1] + programs[1] + programs[2]:
+            return None
+        return programs
+
+    def _program(self, text: bytes, lo: int, hi: int) -> tuple[Any, ...] | None:
+        # bytes with the slot code of each sentinel between them (the sentinels from lo to hi)
+        pieces = re.split(rb"(?<![0-9])(%d[0-9]{3})(?![0-9])" % (self.SENTINEL // 1000), text)
+        program: list[Any] = []
+        for i, piece in enumerate(pieces):
+            if i % 2:
+                if not lo <= int(piece) < hi:
+                    return None
+                program.append(int(piece) - self.SENTINEL)
+            else:
+                program.append(piece)
+        return tuple(program)
 
     def _template(self, raw: tuple[Any, ...], figures: list[Any]) -> tuple[bytes, list[int]]:
         # The report of this shape with every figure a sentinel of its own, the sentinels
@@ -599,15 +657,27 @@ class _Worker:
         per_line = not self.runs
         with_reports = self.with_reports
         chunk = POLL_BYTES if per_line else SCAN_CHUNK_BYTES
+        # A run's report entries written by the kernel from the policy's template.
+        template = self.reports.entry_template() if with_reports and not per_line else None
+        entries = b""
+        entry_at: list[int] = []
         n = len(starts)
         begin = 0
         while begin < n:
             end = begin + 1
             while end < n and stops[end - 1] - starts[begin] < chunk:
                 end += 1
-            out, ends, figures, raws = _kernel.reduce_lines(
-                data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
-                prepared._watermark, self.needs_history, per_line or with_reports)
+            raws: list[Any] | None
+            if template is not None:
+                out, ends, figures, written, entry_ends, raws = _kernel.report_lines(
+                    data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
+                    prepared._watermark, self.needs_history, template)
+                entries, entry_at = bytes(written), [0, *entry_ends.tolist()]
+                del written
+            else:
+                out, ends, figures, raws = _kernel.reduce_lines(
+                    data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
+                    prepared._watermark, self.needs_history, per_line or with_reports)
             handled = figures[:, 0].tolist()
             offsets = [0, *ends.tolist()]
             if not per_line and not with_reports and all(handled):
@@ -639,8 +709,10 @@ class _Worker:
                                    figures[run:k].sum(axis=0).tolist(), k - run)
                 if with_reports:
                     assert raws is not None
-                    result.reports = [(numbers[begin + j], self._report(raws[j], data))
-                                      for j in range(run, k)]
+                    result.reports = [
+                        (numbers[begin + j], self._report(raws[j], data)[1:]
+                         if raws[j] is not None else entries[entry_at[j]:entry_at[j + 1]])
+                        for j in range(run, k)]
                 results.append(result)
             begin = end
             if between is not None:
@@ -828,7 +900,7 @@ def process_lines(
             if r.report is not None:
                 r.report = b'{"line":%d,' % r.line + r.report[1:]
             elif r.reports is not None:  # a run's, as one piece of the report's list
-                r.report = b",\n".join([b'{"line":%d,%b' % (number + base, entry[1:])
+                r.report = b",\n".join([b'{"line":%d,%b' % (number + base, entry)
                                         for number, entry in r.reports])
                 r.reports = None
         base += spanned
