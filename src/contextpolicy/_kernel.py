@@ -38,6 +38,7 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     line_bounds = _impl.line_bounds
     reduce_lines = _impl.reduce_lines
     reduce_plan = _impl.reduce_plan
+    fused_result = _impl.fused_result
     reduce_rows = _impl.reduce_rows
     SCAN_FIGURES = _impl.SCAN_FIGURES
     ORPHAN_CODE = _impl.ORPHAN_CODE
