@@ -52,8 +52,6 @@ cdef extern from "Python.h":
     Py_UCS4 PyUnicode_MAX_CHAR_VALUE(object s)
     object PyObject_GenericGetDict(object o, void* context)
     object PyBytes_FromStringAndSize(const char* v, Py_ssize_t n)
-    PyObject* PyTuple_GET_ITEM_ptr "PyTuple_GET_ITEM"(object t, Py_ssize_t i)
-    PyObject* Py_TYPE_ptr "Py_TYPE"(PyObject* o)
     bint PyType_Check(object o)
     ctypedef struct PyMemberDef:
         int type
@@ -99,9 +97,13 @@ cdef extern from *:
     #define CP_T_OBJECT_EX T_OBJECT_EX
     #define CP_READONLY READONLY
     #define CP_DESCR_TYPE(x) ((PyObject*)PyDescr_TYPE(x))
+    #define CP_TYPE_MRO(t) (((PyTypeObject*)(t))->tp_mro)
+    #define CP_TYPE_DICT(t) (((PyTypeObject*)(t))->tp_dict)
     """
     int CP_T_OBJECT_EX, CP_READONLY
     PyObject* CP_DESCR_TYPE(object descr)
+    PyObject* CP_TYPE_MRO(object cls)
+    PyObject* CP_TYPE_DICT(object cls)
 
 cdef extern from "utf8.h":
     int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad) nogil
@@ -111,6 +113,7 @@ __all__ = list(_kernel_py.__all__)
 
 IMPLEMENTATION = "cython"
 cdef object _MEMBER_DESCRIPTOR = types.MemberDescriptorType
+cdef object _GETSET_DESCRIPTOR = types.GetSetDescriptorType
 GROUP_USER_TURN = CP_GROUP_USER_TURN
 GROUP_MESSAGE = CP_GROUP_MESSAGE
 
@@ -1139,6 +1142,43 @@ cdef Measure _measure(object messages, object fragment_id):
     return out
 
 
+# The fragment class last checked, and whether its instances' __dict__ is the plain one.
+cdef object _dict_type = None
+cdef bint _dict_plain = False
+
+
+cdef bint _plain_dict(object cls) except -1:
+    # Whether instances of cls (a class) have the __dict__ every class gets: then reading it
+    # needs no attribute lookup, only PyObject_GenericGetDict.
+    global _dict_type, _dict_plain
+    if cls is _dict_type:
+        return _dict_plain
+    if not PyType_Check(cls):
+        return False
+    # The __dict__ attribute as lookup finds it (read from the types themselves: no Python
+    # code runs).
+    cdef PyObject* mro = CP_TYPE_MRO(cls)
+    cdef PyObject* own
+    cdef Py_ssize_t i
+    found = None
+    for i in range(0 if mro == NULL else PyTuple_GET_SIZE(<tuple>mro)):
+        own = CP_TYPE_DICT((<tuple>mro)[i])
+        if own != NULL and PyDict_CheckExact(<object>own) and "__dict__" in <dict>own:
+            found = (<dict>own)["__dict__"]
+            break
+    _dict_type = cls
+    _dict_plain = ((<PyTypeObject*>cls).tp_dictoffset != 0
+                   and type(found) is _GETSET_DESCRIPTOR and found.__name__ == "__dict__")
+    return _dict_plain
+
+
+cdef inline dict _fields_of(object f, bint plain):
+    # f.__dict__ (read as the attribute when its class has a __dict__ of its own making).
+    if plain:
+        return <dict>PyObject_GenericGetDict(f, NULL)
+    return f.__dict__
+
+
 def reduce_plan(fragments, tuple steps, int64_t trigger_chars, int64_t watermark_chars,
                 fragment_type=None, protected_kinds=None):
     """The default validate, or a reduce of trims by chars, of a whole plan (see the twin).
@@ -1157,18 +1197,18 @@ cdef object _reduce_plan(object fragments, tuple steps, int64_t trigger_chars,
     cdef list texts = None  # made at the first text fragment: (assembled role, text) there
     cdef object f, fid, messages, text
     cdef dict d
+    cdef bint plain = False
     if fragment_type is not None:
         for i in range(n):
             if type(<object>PyList_GET_ITEM(fragments, i)) is not fragment_type:
                 return None
+        plain = _plain_dict(fragment_type)
     for i in range(n):
         if i >= PyList_GET_SIZE(fragments):
             raise ValueError("the fragment list changed while it was read")
         f = <object>PyList_GET_ITEM(fragments, i)
         if fragment_type is not None:
-            # f.__dict__, without looking the attribute up (the type is exactly
-            # fragment_type, whose instances keep their fields there).
-            d = <dict>PyObject_GenericGetDict(f, NULL)
+            d = _fields_of(f, plain)
             fid, messages, text = d["id"], d["messages"], d["text"]
         else:
             fid, messages, text = f.id, f.messages, f.text
@@ -1188,7 +1228,7 @@ cdef object _reduce_plan(object fragments, tuple steps, int64_t trigger_chars,
             if f is None or lists[i] is None:
                 return None
             if fragment_type is not None:
-                d = <dict>PyObject_GenericGetDict(f, NULL)
+                d = _fields_of(f, plain)
                 if d["kind"] in protected_kinds or d["protected"] is True:
                     return None
             elif f.kind in protected_kinds or f.protected is True:
@@ -1196,39 +1236,45 @@ cdef object _reduce_plan(object fragments, tuple steps, int64_t trigger_chars,
     return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
 
 
-# fused_result's instances: the class last given, and where its slots are (None: they are
-# set by name).
+# fused_result's instances: the class last given, and where its slots are (_result_fast:
+# each is known; otherwise they are set by name).
 cdef object _result_type = None
-cdef object _result_offsets = None
+cdef bint _result_fast = False
+cdef Py_ssize_t _result_at[5]
 cdef tuple _NO_ARGS = ()
 _RESULT_SLOTS = ("_input", "_make", "_plan", "_records", "_report")
 
 
-cdef object _offsets_of(object cls):
-    # The offsets of cls's slots in _RESULT_SLOTS order, as bytes of Py_ssize_t; None unless
-    # each is a writable object slot of cls's own (a member descriptor of cls, in its __dict__),
-    # which is what setattr would set there.
-    global _result_type, _result_offsets
+cdef bint _slots_known(object cls) except -1:
+    # Whether each slot of _RESULT_SLOTS is a writable object slot of cls's own (a member
+    # descriptor of cls, in its __dict__), which is what setattr would set; _result_at holds
+    # their offsets then.
+    global _result_type, _result_fast
     if cls is _result_type:
-        return _result_offsets
-    cdef Py_ssize_t offsets[5]
+        return _result_fast
     cdef PyMemberDef* member
     cdef Py_ssize_t i
-    own = (<PyTypeObject*>cls).tp_dict
-    found = True
+    own = CP_TYPE_DICT(cls)
+    _result_type, _result_fast = cls, False
     for i in range(5):
         descr = None if own == NULL else (<dict>own).get(_RESULT_SLOTS[i])
         if type(descr) is not _MEMBER_DESCRIPTOR or CP_DESCR_TYPE(descr) != <PyObject*>cls:
-            found = False
-            break
+            return False
         member = (<PyMemberDescrObject*><PyObject*>descr).d_member
         if member.type != CP_T_OBJECT_EX or member.flags & CP_READONLY:
-            found = False
-            break
-        offsets[i] = member.offset
-    _result_type = cls
-    _result_offsets = PyBytes_FromStringAndSize(<char*>offsets, sizeof(offsets)) if found else None
-    return _result_offsets
+            return False
+        _result_at[i] = member.offset
+    _result_fast = True
+    return True
+
+
+cdef inline void _put_slot(object result, Py_ssize_t i, object value) noexcept:
+    # What the slot's descriptor does: result is new, so the slot is empty.
+    cdef PyObject** field = <PyObject**>(<char*><PyObject*>result + _result_at[i])
+    cdef PyObject* old = field[0]
+    Py_INCREF(<PyObject*>value)
+    field[0] = <PyObject*>value
+    Py_XDECREF(old)
 
 
 def fused_result(result_type, make, plan, prepared, fragments, tuple steps,
@@ -1242,27 +1288,19 @@ def fused_result(result_type, make, plan, prepared, fragments, tuple steps,
         return None
     if not PyType_Check(result_type) or (<PyTypeObject*>result_type).tp_new == NULL:
         raise TypeError(f"expected a class, got {type(result_type).__name__}")
-    offsets = _offsets_of(result_type)
     # result_type.__new__(result_type), without the wrapper's argument tuples.
     result = (<PyTypeObject*>result_type).tp_new(<type>result_type, <PyObject*>_NO_ARGS, NULL)
-    values = ((<tuple>raw)[6], (make, plan, prepared, raw), None, None, None)
-    cdef Py_ssize_t i
-    cdef const Py_ssize_t* at
-    cdef PyObject** field
-    cdef PyObject* old
-    if offsets is None or type(result) is not result_type:
-        for i in range(5):
-            setattr(result, _RESULT_SLOTS[i], values[i])
-        return result
-    # What the slots' descriptors do, written out: result is new, so each slot is empty.
-    at = <const Py_ssize_t*>PyBytes_AS_STRING(offsets)
-    for i in range(5):
-        field = <PyObject**>(<char*><PyObject*>result + at[i])
-        old = field[0]
-        value = values[i]
-        Py_INCREF(<PyObject*>value)
-        field[0] = <PyObject*>value
-        Py_XDECREF(old)
+    lazy = (make, plan, prepared, raw)
+    if type(result) is result_type and _slots_known(result_type):
+        _put_slot(result, 0, (<tuple>raw)[6])
+        _put_slot(result, 1, lazy)
+        _put_slot(result, 2, None)
+        _put_slot(result, 3, None)
+        _put_slot(result, 4, None)
+    else:
+        result._input = (<tuple>raw)[6]
+        result._make = lazy
+        result._plan = result._records = result._report = None
     return result
 
 

@@ -430,3 +430,27 @@ def test_process_context_takes_its_options_by_keyword_as_documented(calls):
     with pytest.raises(Exception) as info:
         process_context(plan, prepared, on_step_error="never")
     assert info.value.issues[0].path == "on_step_error"
+
+
+def test_fragment_fields_are_read_as_their_class_keeps_them():
+    # A class whose __dict__ is its own (a property) is read through it, as the attribute
+    # says; Fragment, whose __dict__ is every class's, without the attribute lookup.
+    class Shown:
+        def __init__(self, fields):
+            self.fields = fields
+
+        @property
+        def __dict__(self):
+            return self.fields
+
+    messages = [{"role": "user", "content": "abc"}]
+    shown = [Shown({"id": "h", "messages": messages, "text": None}), Shown(
+        {"id": "n", "messages": None, "text": "note"})]
+    shown[1].assembled_role = "user"
+    for fragment_type in (Shown, Fragment, Shown):
+        fragments = shown if fragment_type is Shown else [
+            Fragment(id="h", kind="history", messages=messages),
+            Fragment(id="n", kind="note", text="note")]
+        raw = kernel.reduce_plan(fragments, (), -1, -1, fragment_type)
+        assert raw[7] == ["h", "n"] and raw[1] == [(3, 1, 0), (4, 1, 0)]
+        assert raw[6] == [*messages, {"role": "user", "content": "note"}]
