@@ -1,8 +1,9 @@
 """The one-call paths agree with the step-by-step run, figure for figure.
 
 ``process_context`` runs validate, and a reduce whose steps are all trims by chars, in one kernel
-call (``_kernel.reduce_plan``) when nothing needs the steps one by one (no counter, listener,
-cancel, handler or custom implementation); the JSONL runner runs such transcripts through
+call (``_kernel.fused_result``: ``reduce_plan``, its records held by a result that reads them
+later) when nothing needs the steps one by one (no counter, listener, cancel, handler or custom
+implementation); the JSONL runner runs such transcripts through
 ``_kernel.reduce_transcript`` without building a plan. A listener forces the step-by-step run,
 so the two can be compared on the same plan: the same input (the same message objects), the
 same report (as models and as JSON, byte for byte), the same plan.
@@ -49,7 +50,7 @@ SETTINGS = settings(
 @pytest.fixture
 def calls(monkeypatch):
     """How often each one-call kernel function ran."""
-    seen = {"reduce_plan": 0, "reduce_transcript": 0}
+    seen = {"fused_result": 0, "reduce_plan": 0, "reduce_transcript": 0}
     for name in seen:
         real = getattr(kernel, name)
 
@@ -118,7 +119,7 @@ def test_one_call_equals_step_by_step_on_the_corpora(policy, calls):
         assert messages == snapshot  # the caller's data, untouched
         ran += 1
     assert ran > 40
-    assert calls["reduce_plan"] == 3 * ran  # the one-call path did run, every time
+    assert calls["fused_result"] == 3 * ran  # the one-call path did run, every time
 
 
 @SETTINGS
@@ -145,7 +146,7 @@ def test_the_step_by_step_run_serves_what_one_call_cannot(calls):
     for kwargs in ({"counter": len}, {"on_event": lambda event: None}, {"handlers": {}},
                    {"implementations": {}}):
         process_context(plan, {"mode": "validate"}, **kwargs)
-    assert calls["reduce_plan"] == 0
+    assert calls["fused_result"] == calls["reduce_plan"] == 0
     # A fragment of a subclass is read as it says, step by step.
 
     class Mine(Fragment):
@@ -154,7 +155,7 @@ def test_the_step_by_step_run_serves_what_one_call_cannot(calls):
     mine = ContextPlan(fragments=[Mine(id="h", kind="history", messages=[
         {"role": "user", "content": "hi"}])])
     assert process_context(mine, {"mode": "validate"}).report.before.chars == 2
-    assert calls["reduce_plan"] == 1  # asked, and it declined
+    assert calls["fused_result"] == 1  # asked, and it declined
 
 
 def test_the_runner_in_one_call_equals_the_runner_step_by_step(calls):
@@ -259,3 +260,197 @@ def test_a_result_builds_its_plan_and_report_once_and_only_when_read():
     assert result.report is result.report and result.plan is result.plan
     assert result.report_json() == result.report.model_dump(by_alias=True, mode="json")
     assert result.plan.fragments[0] is plan.fragments[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# Validate in one call: records that share what validate cannot change, a result made by the
+# kernel, and a process_context that takes its options as keyword-only arguments.
+
+VALIDATE = {"mode": "validate"}
+
+
+def _odd_plans():
+    """Plans the corpora leave out: a fragment longer than the kernel keeps on its stack, with
+    tool traffic (an orphan result, an unanswered call) past that point; text fragments; an
+    empty fragment; a str subclass as content; parts that carry no text."""
+    from .hostile import LyingStr
+
+    long = []
+    for i in range(300):
+        long.append({"role": "user", "content": f"question {i}"})
+        long.append({"role": "assistant", "content": None, "tool_calls": [
+            {"id": f"c{i}", "type": "function",
+             "function": {"name": "look", "arguments": '{"q": 1}'}}]})
+        long.append({"role": "tool", "tool_call_id": f"c{i}", "content": "found"})
+    long.append({"role": "tool", "tool_call_id": "nobody", "content": "orphan"})
+    long.append({"role": "assistant", "tool_calls": [
+        {"id": "late", "function": {"name": "f", "arguments": {"n": [1, 2.5]}}}]})
+    return [
+        ContextPlan(fragments=[
+            Fragment(id="rules", kind="system", text="be brief"),
+            Fragment(id="history", kind="history", messages=long),
+            Fragment(id="question", kind="question", messages=[
+                {"role": "user", "content": "and now?"}]),
+        ]),
+        ContextPlan(fragments=[
+            Fragment(id="rules", kind="system", text="é😀 rules"),
+            Fragment(id="history", kind="history", messages=[]),
+            Fragment(id="note", kind="note", role="user", text=""),
+            Fragment(id="question", kind="question", messages=[
+                {"role": "user", "content": LyingStr("what now?")},
+                {"role": "user", "content": [
+                    {"type": "text", "text": "see"},
+                    {"type": "image_url", "image_url": {"url": "data:,"}}]}]),
+        ]),
+        ContextPlan(fragments=[Fragment(id="history", kind="history", messages=long[:256]),
+                               Fragment(id="more", kind="memory", messages=long[:257])]),
+        ContextPlan(fragments=[]),
+    ]
+
+
+def test_validate_in_one_call_equals_step_by_step_on_odd_plans(calls):
+    odd = _odd_plans()
+    for plan in odd:
+        slow = step_by_step(plan, VALIDATE)
+        for policy in (VALIDATE, validate_context_policy(VALIDATE), prepare_policy(VALIDATE)):
+            assert_same(process_context(plan, policy), slow, plan)
+    assert calls["fused_result"] == 3 * len(odd)
+    assert process_context(odd[0], VALIDATE).report.warnings[-1].tool_call_id == "late"
+
+
+def test_validate_records_share_what_nothing_changes():
+    from contextpolicy import PROTECTED_KINDS
+
+    for plan in _odd_plans():
+        for watermark in (-1, 0, 10**6):
+            raw = kernel.reduce_plan(plan.fragments, (), -1, watermark, Fragment,
+                                     PROTECTED_KINDS)
+            fired, before, after, kept, done, found, assembled, ids, totals = raw
+            # Nothing changes: the figures after are the figures before, the very objects.
+            assert after is before and totals[3:6] == totals[:3]
+            assert all(a is b for a, b in zip(totals[3:6], totals[:3], strict=True))
+            assert kept == [None] * len(ids) and done == [] and totals[6:8] == (0, 0)
+            assert totals[8] is (watermark < 0 or totals[3] <= watermark) and fired is False
+            assert ids == [f.id for f in plan.fragments]
+            assert totals[:3] == tuple(sum(b[k] for b in before) for k in range(3))
+            # As the step-by-step run measures it.
+            report = step_by_step(plan, VALIDATE).report
+            assert [(b[0], b[1]) for b in before] == [
+                (f.chars_before, f.messages_before) for f in report.fragments]
+            assert len(found) == len(report.warnings)
+            assert len(assembled) == report.after.messages
+
+
+def test_the_kernel_makes_the_result_and_its_records_wait():
+    from contextpolicy import PROTECTED_KINDS, ContextResult
+
+    plan = _odd_plans()[1]
+    prepared = prepare_policy(VALIDATE)
+
+    def make(*args):
+        return args
+
+    raw = kernel.reduce_plan(plan.fragments, (), -1, -1, Fragment, PROTECTED_KINDS)
+
+    class Mine(ContextResult):  # no slots of its own: set by name
+        pass
+
+    class Loose:  # no slots at all
+        pass
+
+    for cls in (ContextResult, Mine, Loose, ContextResult):
+        result = kernel.fused_result(cls, make, plan, prepared, plan.fragments, (), -1, -1,
+                                     Fragment, PROTECTED_KINDS)
+        assert type(result) is cls
+        assert result._input == raw[6] and result._make[:3] == (make, plan, prepared)
+        assert result._make[3] == raw
+        assert result._plan is None and result._records is None and result._report is None
+    # Read, the records are made once, by make.
+    result = kernel.fused_result(ContextResult, make, plan, prepared, plan.fragments, (), -1,
+                                 -1, Fragment, PROTECTED_KINDS)
+    assert result._made() == (plan, prepared, raw) and result._make is None
+    # Declined: a fragment of a subclass, a step on a protected fragment.
+
+    class Other(Fragment):
+        pass
+
+    odd = [Other(id="h", kind="history", messages=[])]
+    assert kernel.fused_result(ContextResult, make, plan, prepared, odd, (), -1, -1, Fragment,
+                               PROTECTED_KINDS) is None
+    assert kernel.fused_result(ContextResult, make, plan, prepared, plan.fragments,
+                               (("rules", 0, 0, 0),), 0, 0, Fragment, PROTECTED_KINDS) is None
+    with pytest.raises(TypeError, match="expected a class, got int"):
+        kernel.fused_result(5, make, plan, prepared, plan.fragments, (), -1, -1)
+
+
+def test_a_prepared_validate_policy_follows_its_policy():
+    plan = ContextPlan.from_messages(chat_corpus(8, seed=4)[2])
+    prepared = prepare_policy(VALIDATE)
+    assert prepared.current(prepared.policy)
+    assert process_context(plan, prepared).report.mode == "validate"
+    # Its policy replaced, the call runs the policy it now holds, as before.
+    prepared.policy = validate_context_policy(SEED_POLICY)
+    assert not prepared.current(prepared.policy)
+    result = process_context(plan, prepared)
+    assert result.report == process_context(plan, SEED_POLICY).report
+    prepared.policy = validate_context_policy(VALIDATE)  # another validate policy: current
+    assert prepared.current(prepared.policy)
+    assert process_context(plan, prepared).report.mode == "validate"
+
+
+def test_process_context_takes_its_options_by_keyword_as_documented(calls):
+    import inspect
+
+    params = list(inspect.signature(process_context).parameters.values())
+    assert [p.name for p in params] == ["plan", "policy", "handlers", "counter", "cancel",
+                                        "on_event", "on_step_error", "implementations"]
+    assert {p.kind for p in params[:2]} == {inspect.Parameter.POSITIONAL_OR_KEYWORD}
+    assert {p.kind for p in params[2:]} == {inspect.Parameter.KEYWORD_ONLY}
+    assert params[6].default == "continue" and all(
+        p.default is None for p in params[2:] if p.name != "on_step_error")
+    assert process_context.__name__ == "process_context" and "Never mutates" in (
+        process_context.__doc__ or "")
+    plan = ContextPlan.from_messages(chat_corpus(8, seed=4)[2])
+    prepared = prepare_policy(VALIDATE)
+    for call, message in (
+        (lambda: process_context(plan, prepared, None), "takes 2 positional arguments"),
+        (lambda: process_context(plan, prepared, bogus=1), "unexpected keyword argument"),
+        (lambda: process_context(plan), "missing 1 required positional argument"),
+        (lambda: process_context(plan, prepared, plan=plan), "multiple values for argument"),
+    ):
+        with pytest.raises(TypeError, match=message) as info:
+            call()
+        assert str(info.value).startswith("process_context()")
+    # Options given as their defaults, or on_step_error="raise", take the one call too.
+    plain = process_context(plan, prepared)
+    for options in ({"handlers": None, "counter": None, "cancel": None, "on_event": None,
+                     "implementations": None}, {"on_step_error": "raise"}, {}):
+        assert_same(process_context(plan=plan, policy=prepared, **options), plain, plan)
+    assert calls["fused_result"] == 4
+    with pytest.raises(Exception) as info:
+        process_context(plan, prepared, on_step_error="never")
+    assert info.value.issues[0].path == "on_step_error"
+
+
+def test_fragment_fields_are_read_as_their_class_keeps_them():
+    # A class whose __dict__ is its own (a property) is read through it, as the attribute
+    # says; Fragment, whose __dict__ is every class's, without the attribute lookup.
+    class Shown:
+        def __init__(self, fields):
+            self.fields = fields
+
+        @property
+        def __dict__(self):
+            return self.fields
+
+    messages = [{"role": "user", "content": "abc"}]
+    shown = [Shown({"id": "h", "messages": messages, "text": None}), Shown(
+        {"id": "n", "messages": None, "text": "note"})]
+    shown[1].assembled_role = "user"
+    for fragment_type in (Shown, Fragment, Shown):
+        fragments = shown if fragment_type is Shown else [
+            Fragment(id="h", kind="history", messages=messages),
+            Fragment(id="n", kind="note", text="note")]
+        raw = kernel.reduce_plan(fragments, (), -1, -1, fragment_type)
+        assert raw[7] == ["h", "n"] and raw[1] == [(3, 1, 0), (4, 1, 0)]
+        assert raw[6] == [*messages, {"role": "user", "content": "note"}]

@@ -40,6 +40,7 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     report_lines = _impl.report_lines
     ENTRY_SLOTS = _impl.ENTRY_SLOTS
     reduce_plan = _impl.reduce_plan
+    fused_result = _impl.fused_result
     reduce_rows = _impl.reduce_rows
     SCAN_FIGURES = _impl.SCAN_FIGURES
     ORPHAN_CODE = _impl.ORPHAN_CODE

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import operator
 import re
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
@@ -64,6 +64,7 @@ __all__ = [
     "IMPLEMENTATION",
     "TABLES",
     "Measure",
+    "fused_result",
     "group_offsets",
     "measure",
     "measure_messages",
@@ -759,6 +760,28 @@ def reduce_plan(
     return _reduce(ids, lists, texts, steps, trigger_chars, watermark_chars)
 
 
+def fused_result(
+    result_type: Any, make: Any, plan: Any, prepared: Any, fragments: list[Any],
+    steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int, watermark_chars: int,
+    fragment_type: type | None = None, protected_kinds: frozenset[str] | None = None,
+) -> Any:
+    """:func:`reduce_plan` as a result whose records are made when first read: ``None`` when
+    it declines, else ``result_type.__new__(result_type)`` (a ``ContextResult``) with ``_input``
+    the assembled input, ``_make`` ``(make, plan, prepared, raw)`` (``raw``: what
+    :func:`reduce_plan` returned) and ``_plan``, ``_records`` and ``_report`` ``None``."""
+    raw = reduce_plan(fragments, steps, trigger_chars, watermark_chars, fragment_type,
+                      protected_kinds)
+    if raw is None:
+        return None
+    if not isinstance(result_type, type):
+        raise TypeError(f"expected a class, got {type(result_type).__name__}")
+    result = cast(Any, result_type).__new__(result_type)
+    result._input = raw[6]
+    result._make = (make, plan, prepared, raw)
+    result._plan = result._records = result._report = None
+    return result
+
+
 def split_transcript(messages: list[Any]) -> tuple[int, int]:
     """Where ``ContextPlan.from_messages`` splits a transcript: ``(head, tail)``, so that
     ``messages[:head]`` are the leading ``system``/``developer`` messages, ``messages[tail:]``
@@ -896,11 +919,14 @@ def _reduce(
             assembled.append({"role": role, "content": text})
         else:
             assembled.extend(messages if type(messages) is list else list.copy(messages))
-    after = [m[:3] for m in measures]
+    # Without steps nothing changed: the figures after are the figures before (one list).
+    after = [m[:3] for m in measures] if steps else before
     applied = [d for d in done if d[0] == "applied"]
-    a_chars = sum(f[0] for f in after)
-    totals = (sum(f[0] for f in before), sum(f[1] for f in before), sum(f[2] for f in before),
-              a_chars, sum(f[1] for f in after), sum(f[2] for f in after),
+    plan_before = tuple(sum(f[k] for f in before) for k in range(3))
+    plan_after = plan_before if after is before else tuple(
+        sum(f[k] for f in after) for k in range(3))
+    a_chars = plan_after[0]
+    totals = (*plan_before, *plan_after,
               sum(d[6] for d in applied), sum(d[4] - d[5] for d in applied),
               not (watermark_chars >= 0 and a_chars > watermark_chars))
     return fired, before, after, kept, done, warnings, assembled, ids, totals

@@ -8,9 +8,10 @@ final hard budget is a separate core call, :func:`check_input_budget`.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Generator, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _kernel
 from ._build import built
@@ -585,20 +586,6 @@ def _watermarks(policy: TypedPolicy, after: Totals) -> tuple[Any, Any, bool | No
             targets_met(policy, after.chars, after.tokens))
 
 
-def _fused(
-    plan: ContextPlan, prepared: PreparedPolicy, steps: tuple[tuple[str, int, int, int], ...]
-) -> ContextResult | None:
-    """A run the kernel does in one call (``_kernel.reduce_plan``): validate, or a reduce of
-    trims by chars, with no counter, listener, cancel or custom implementation. The same
-    figures as the step-by-step run (a test holds the two to each other); the records become
-    the plan and the report when they are read."""
-    raw = _kernel.reduce_plan(plan.fragments, steps, prepared._trigger,
-                              prepared._watermark, Fragment, PROTECTED_KINDS)
-    if raw is None:  # a fragment of a subclass, or a step the plan does not fit
-        return None
-    return _lazy(ContextResult, raw[6], _fused_records, (plan, prepared, raw))
-
-
 def _fused_records(
     plan: ContextPlan, prepared: PreparedPolicy, raw: tuple[Any, ...]
 ) -> tuple[list[Fragment], list[Fragment] | None, ReportData]:
@@ -765,7 +752,7 @@ async def _call_async(call: HandlerCall) -> HandlerReply:
     return HandlerReply(value=value)
 
 
-def process_context(
+def _process_context(
     plan: ContextPlan | Mapping[str, Any],
     policy: Any,
     *,
@@ -786,18 +773,30 @@ def process_context(
     prepared = None
     if (handlers is None and counter is None and cancel is None and on_event is None
             and implementations is None):
-        # The common call: one kernel pass when the policy allows it.
+        # The common call: one kernel pass when the policy allows it (as in process_context,
+        # which runs a call that names no option without coming here).
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
-        # prepared_for_call's first case, written out: a few percent of a short call.
-        prepared = policy if (type(policy) is PreparedPolicy
-                              and policy._items == _items(policy.policy)) else (
+        prepared = policy if (type(policy) is PreparedPolicy and (
+            policy.policy is policy._fixed or policy._items == _items(policy.policy))) else (
             prepared_for_call(policy, None, None))
         steps = prepared._fused if prepared is not None else None
         if steps is not None and on_step_error in ("continue", "raise"):
-            # The kernel checks the steps' fragments itself (None: the full check says why).
-            result = _fused(plan, prepared, steps)  # type: ignore[arg-type]
+            result = _kernel.fused_result(
+                ContextResult, _fused_records, plan, prepared, plan.fragments, steps,
+                prepared._trigger, prepared._watermark,  # type: ignore[union-attr]
+                Fragment, PROTECTED_KINDS)
             if result is not None:
-                return result
+                return result  # type: ignore[no-any-return]
+    return _step_by_step(plan, policy, handlers, counter, cancel, on_event, on_step_error,
+                         implementations, prepared)
+
+
+def _step_by_step(
+    plan: Any, policy: Any, handlers: Any, counter: Any, cancel: Any, on_event: Any,
+    on_step_error: str, implementations: Any, prepared: PreparedPolicy | None,
+) -> ContextResult:
+    """A sync run, step by step (``prepared``: the policy as the call prepared it, if it
+    did)."""
     run = _Run(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,
         on_step_error=on_step_error, implementations=implementations, is_async=False,
@@ -814,6 +813,42 @@ def process_context(
             reply = _call_sync(item)
         else:  # pragma: no cover - _Run only yields _Await in async mode
             raise AssertionError(f"unexpected {item!r}")
+
+
+if TYPE_CHECKING:
+    process_context = _process_context
+else:
+    def process_context(plan, policy, *args, **options):
+        # The signature, the documentation and the errors are _process_context's: a call that
+        # names any option, or passes too many arguments, is its. Keyword-only parameters cost
+        # a call a dict lookup each for their defaults (and CPython does not specialise such a
+        # call): taking none, a call that names no option (the common one) costs a tenth less.
+        if args or options:
+            return _process_context(plan, policy, *args, **options)
+        # _process_context's one kernel pass, written out for the defaults.
+        plan = plan if type(plan) is ContextPlan else as_plan(plan)
+        # prepared_for_call's first case, written out (PreparedPolicy.current).
+        prepared = policy if (type(policy) is PreparedPolicy and (
+            policy.policy is policy._fixed or policy._items == _items(policy.policy))) else (
+            prepared_for_call(policy, None, None))
+        steps = prepared._fused if prepared is not None else None
+        if steps is not None:
+            # Validate, or a reduce of trims by chars, with no counter, listener, cancel or
+            # custom implementation: one kernel call (_kernel.reduce_plan), whose records
+            # become the plan and the report when they are read (_fused_records). The same
+            # figures as the step-by-step run (a test holds the two to each other). The
+            # kernel checks the steps' fragments itself (None: the full check says why).
+            result = _kernel.fused_result(
+                ContextResult, _fused_records, plan, prepared, plan.fragments, steps,
+                prepared._trigger, prepared._watermark, Fragment, PROTECTED_KINDS)
+            if result is not None:
+                return result
+        return _step_by_step(plan, policy, None, None, None, None, "continue", None, prepared)
+
+    # The errors of a bad call name process_context, as they did when it took the options.
+    _process_context.__name__ = _process_context.__qualname__ = "process_context"
+    functools.update_wrapper(process_context, _process_context)
+    process_context.__signature__ = inspect.signature(_process_context)
 
 
 async def astream_context(

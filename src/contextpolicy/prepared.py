@@ -39,9 +39,11 @@ class PreparedPolicy:
     :class:`TokenCounter` (or ``None``), ``mode`` the policy's mode.
     """
 
-    __slots__ = ("_async", "_fused", "_handler_names", "_items", "_refs", "_token_key",
-                 "_trigger", "_watermark", "counter", "handlers", "mode", "policy")
+    __slots__ = ("_async", "_fixed", "_fused", "_handler_names", "_items", "_refs",
+                 "_token_key", "_trigger", "_watermark", "counter", "handlers", "mode",
+                 "policy")
     _async: bool
+    _fixed: TypedPolicy | None
     _refs: tuple[Reference, ...]
     _fused: tuple[tuple[str, int, int, int], ...] | None
     _handler_names: tuple[str, ...]
@@ -71,6 +73,9 @@ class PreparedPolicy:
             r.what == "handler" and _is_async_callable(handlers.get(r.name)) for r in refs
         )
         self._items = _items(typed)
+        # A validate policy holds no list that could change in place: while ``policy`` is
+        # still it, this is current (``policy is _fixed``, one comparison per call).
+        self._fixed = typed if type(typed) is ValidatePolicy else None
         self._fused, self._trigger, self._watermark = _fused_spec(typed, counter)
         return self
 
@@ -92,7 +97,7 @@ class PreparedPolicy:
     def current(self, typed: TypedPolicy) -> bool:
         """``typed`` still holds what this was prepared from (its lists are the caller's, and
         could have changed in place)."""
-        return _items(typed) == self._items
+        return typed is self._fixed or _items(typed) == self._items
 
 
 def plan_refs(plan: ContextPlan, audit: bool) -> dict[str, FragmentRef]:

@@ -205,9 +205,8 @@ class ContextResult:
 
     __slots__ = ("_input", "_make", "_plan", "_records", "_report")
     _input: list[dict[str, Any]]
-    # (make, args): make(*args) gives the records (fragments, original, report data).
-    _make: tuple[Callable[..., tuple[list[Any], list[Any] | None, ReportData]],
-                 tuple[Any, ...]] | None
+    # (make, *args): make(*args) gives the records (fragments, original, report data).
+    _make: tuple[Any, ...] | None
     _plan: ContextPlan | None
     _records: tuple[list[Any], list[Any] | None, ReportData] | None
     _report: ContextReport | None
@@ -222,9 +221,9 @@ class ContextResult:
         """The records (fragments, original, report data), made on first use."""
         records = self._records
         if records is None:
-            assert self._make is not None
-            make, args = self._make
-            records = self._records = make(*args)
+            lazy = self._make
+            assert lazy is not None
+            records = self._records = lazy[0](*lazy[1:])
             self._make = None
         return records
 
@@ -271,7 +270,7 @@ def _lazy(
     """A result whose plan and report records ``make(*args)`` gives when they are first read."""
     result = _new(cls)
     result._input = input
-    result._make = (make, args)
+    result._make = (make, *args)
     result._plan = result._report = result._records = None
     return result
 
