@@ -8,7 +8,6 @@ Measured: 100,000 chats and 2,000 agent traces; in the test suite (unmeasured) 2
 
 from __future__ import annotations
 
-import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -131,44 +130,6 @@ def test_duckdb_sql_trim(benchmark, request, tables, corpus):
                              rounds=rounds(request, 3),
                              iterations=1)
     assert out.num_rows == table.num_rows
-
-
-@pytest.mark.parametrize("corpus", CORPORA)
-def test_reduce_table_and_duckdb_interleaved(benchmark, request, tables, corpus):
-    """``reduce_table`` and the DuckDB SQL timed one right after the other in every round (their
-    order alternating), so that this machine's swings hit both alike; the ratio is the median
-    over the rounds of DuckDB's time over ours."""
-    import time
-
-    import duckdb
-
-    table, policy = tables[corpus]
-    con = duckdb.connect()
-    con.execute("SET threads TO 2")
-    con.register("t", table)
-    names = [f.name for f in table.schema.field("messages").type.value_type]
-    sql = _duckdb_sql(corpus != "chats", "tool_calls" in names)
-    commands = {"ours": lambda: reduce_table(table, policy),
-                "duckdb": lambda: con.sql(sql).to_arrow_table()}
-    times: list[dict[str, float]] = []
-
-    def one_round() -> None:
-        order = list(commands) if len(times) % 2 == 0 else list(commands)[::-1]
-        got = {}
-        for name in order:
-            start = time.perf_counter()
-            out = commands[name]()
-            got[name] = time.perf_counter() - start
-            assert (out.table if name == "ours" else out).num_rows == table.num_rows
-        times.append(got)
-
-    label(benchmark, table, corpus, "interleaved")
-    one_round()  # warm both up
-    times.clear()
-    benchmark.pedantic(one_round, rounds=rounds(request, 9), iterations=1)
-    benchmark.extra_info["ratios"] = {
-        "duckdb sql / reduce_table": statistics.median(t["duckdb"] / t["ours"] for t in times)}
-    benchmark.extra_info["rounds"] = times
 
 
 def _per_row(table, policy) -> list[Any]:
