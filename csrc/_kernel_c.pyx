@@ -1395,6 +1395,14 @@ cdef enum:
     SMALL_FRAGMENT = 256
 
 
+cdef int64_t _text_length(list ids, list texts, Py_ssize_t i) except -1:
+    # The chars of text fragment i: its text's code points.
+    text = texts[i][1]
+    if not PyUnicode_Check(text):
+        raise TypeError(f"fragment {ids[i]!r}: expected a str text")
+    return PyUnicode_GET_LENGTH(text)
+
+
 cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
                   int64_t watermark_chars):
     # _reduce without steps (validate): nothing changes, so the figures before are the figures
@@ -1408,14 +1416,11 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
     cdef uint8_t* flags
     cdef int seen
     cdef _Acc acc
-    cdef object held, text, fid, kept_flags, role
+    cdef object held, fid, kept_flags, role
     for i in range(n):
         held = lists[i]
         if held is None:
-            text = texts[i][1]
-            if not PyUnicode_Check(text):
-                raise TypeError(f"fragment {ids[i]!r}: expected a str text")
-            length = PyUnicode_GET_LENGTH(text)
+            length = _text_length(ids, texts, i)
             before.append((length, 1, 0))
             chars += length
             messages += 1
@@ -1485,10 +1490,7 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
     for i in range(n):
         messages = lists[i]
         if messages is None:
-            text = texts[i][1]
-            if not PyUnicode_Check(text):
-                raise TypeError(f"fragment {ids[i]!r}: expected a str text")
-            length = PyUnicode_GET_LENGTH(text)
+            length = _text_length(ids, texts, i)
             measures.append(None)
             before.append((length, 1, 0))
             chars += length
