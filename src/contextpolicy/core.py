@@ -773,12 +773,10 @@ def _process_context(
     prepared = None
     if (handlers is None and counter is None and cancel is None and on_event is None
             and implementations is None):
-        # The common call: one kernel pass when the policy allows it (as in process_context,
-        # which runs a call that names no option without coming here).
+        # One kernel pass when the policy allows it (process_context runs a call that names no
+        # option so without coming here).
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
-        prepared = policy if (type(policy) is PreparedPolicy and (
-            policy.policy is policy._fixed or policy._items == _items(policy.policy))) else (
-            prepared_for_call(policy, None, None))
+        prepared = prepared_for_call(policy, None, None)
         steps = prepared._fused if prepared is not None else None
         if steps is not None and on_step_error in ("continue", "raise"):
             result = _kernel.fused_result(
