@@ -176,9 +176,9 @@ def test_a_policy_figure_like_a_sentinel_gets_no_template():
     lines = [b'{"id":1,"messages":[{"role":"user","content":"%b"}]}' % (b"x" * 30)] * 3
     on = run_lines(lines, policy, True, runs=True)
     off = run_lines(lines, policy, False, runs=True)
-    assert [r.report for r in on if r.report] == [r.report for r in off if r.report] or (
-        b",\n".join(r.report for r in on if r.report)
-        == b",\n".join(r.report for r in off if r.report))
+    assert (b",\n".join(r.report for r in on if r.report)
+            == b",\n".join(r.report for r in off if r.report))
+    assert sum(r.scanned for r in on) == len(lines)
 
 
 # ---------------------------------------------------------------------------------------------
