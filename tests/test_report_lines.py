@@ -170,12 +170,16 @@ def test_every_status_and_reason(differential):
             ("applied", "trimmed")} <= seen
 
 
-def test_a_policy_figure_like_a_sentinel_gets_no_template():
-    policy = trim_policy(10, 5, [("message", 0, runner._FusedReports.SENTINEL + 3)])
+@pytest.mark.parametrize("slot", [0, 2, 3, 14, 19])
+@pytest.mark.parametrize("runs", [True, False])
+def test_a_policy_figure_like_a_sentinel_gets_no_template(slot, runs):
+    # Neither template of the runner (the kernel's, or the Python renderer's per shape of
+    # report) may take the policy's own figure for a slot.
+    policy = trim_policy(10, 5, [("message", 0, runner._FusedReports.SENTINEL + slot)])
     assert worker_of(policy).reports.entry_template() is None
     lines = [b'{"id":1,"messages":[{"role":"user","content":"%b"}]}' % (b"x" * 30)] * 3
-    on = run_lines(lines, policy, True, runs=True)
-    off = run_lines(lines, policy, False, runs=True)
+    on = run_lines(lines, policy, True, runs=runs)
+    off = run_lines(lines, policy, False, runs=runs)
     assert (b",\n".join(r.report for r in on if r.report)
             == b",\n".join(r.report for r in off if r.report))
     assert sum(r.scanned for r in on) == len(lines)

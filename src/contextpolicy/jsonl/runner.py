@@ -302,6 +302,9 @@ class _FusedReports:
         self.kinds = kinds
         self.templates: dict[Any, tuple[bytes, list[int]]] = {}
         self._entry_template: Any = False  # not made yet
+        # Templates need sentinels no figure of the policy's own could pass for.
+        self.plain = b"%d" % (self.SENTINEL // 10**9) not in dumps(
+            prepared.policy.to_json_dict())
 
     @staticmethod
     def _figures(raw: tuple[Any, ...]) -> list[Any]:
@@ -319,7 +322,7 @@ class _FusedReports:
 
     def render(self, raw: tuple[Any, ...]) -> bytes:
         fired, _, _, kept, done, found, _, ids, totals = raw
-        if found:
+        if found or not self.plain:
             return self._json(raw)
         figures = self._figures(raw)
         key = (tuple(ids), fired, totals[8], tuple(d[:2] for d in done),
@@ -335,12 +338,15 @@ class _FusedReports:
     def entry_template(self) -> tuple[Any, ...] | None:
         """The template of ``_kernel.report_lines`` for this policy: the programs of a line's
         report entry (without its opening brace) cut from what :func:`fused_report_json` writes
-        with every figure a sentinel of its slot; None where a sentinel would be ambiguous."""
+        with every figure a sentinel of its slot; None where a sentinel would be ambiguous
+        (``plain`` false)."""
         if self._entry_template is False:
             self._entry_template = self._make_entry_template()
         return self._entry_template  # type: ignore[return-value]
 
     def _make_entry_template(self) -> tuple[Any, ...] | None:
+        if not self.plain:
+            return None
         slot = {name: self.SENTINEL + i for i, name in enumerate(_kernel.ENTRY_SLOTS)}
         ids = ["system", "history", "question"]
         nsteps = len(self.prepared._fused or ())
@@ -363,8 +369,6 @@ class _FusedReports:
             fragment["changed"] = slot["fragment-changed"]
         doc["steps"], doc["fragments"] = slot["steps"], slot["fragments"]
         entry = dumps({"id": slot["id"], "report": doc})[1:]
-        if b"%d" % (self.SENTINEL // 10**9) in dumps(self.prepared.policy.to_json_dict()):
-            return None  # a figure of the policy's own could pass for a sentinel
         programs = (self._program(entry, slot["id"], slot["status"]),
                     tuple(self._program(dumps(s), slot["status"], slot["fragment-chars-before"])
                           for s in steps),
