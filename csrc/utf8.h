@@ -183,6 +183,23 @@ __attribute__((target("avx2"))) static inline __m256i cp_incomplete(__m256i inpu
     return _mm256_subs_epu8(input, max);
 }
 
+/* One 32-byte block: its errors given the block before, what it leaves pending, its
+ * continuation bytes. */
+#define CP_STEP(input)                                                                   \
+    do {                                                                                 \
+        if (_mm256_movemask_epi8(input) == 0) {                                          \
+            error = _mm256_or_si256(error, pending);                                     \
+            pending = _mm256_setzero_si256();                                            \
+        } else {                                                                         \
+            error = _mm256_or_si256(error, cp_block_errors((input), prev));              \
+            pending = cp_incomplete(input);                                              \
+            /* Continuation bytes: 0x80..0xBF, i.e. signed bytes below (int8_t)0xC0. */  \
+            conts += __builtin_popcount(                                                 \
+                (unsigned)_mm256_movemask_epi8(_mm256_cmpgt_epi8(cont_limit, (input)))); \
+        }                                                                                \
+        prev = (input);                                                                  \
+    } while (0)
+
 __attribute__((target("avx2,popcnt"))) static int64_t cp_utf8_count_avx2(const uint8_t *p, int64_t n,
                                                                         int64_t *bad)
 {
@@ -192,6 +209,24 @@ __attribute__((target("avx2,popcnt"))) static int64_t cp_utf8_count_avx2(const u
     const __m256i cont_limit = _mm256_set1_epi8((char)0xC0); /* bytes < 0xC0 as signed: < -64 */
     int64_t conts = 0, i = 0;
     uint8_t tail[32];
+    /* 128 bytes per step: text is mostly ASCII, and four blocks without a high byte need
+     * nothing but the check that no sequence was left pending before them. */
+    for (; i + 128 <= n; i += 128) {
+        __m256i a = _mm256_loadu_si256((const __m256i *)(p + i));
+        __m256i b = _mm256_loadu_si256((const __m256i *)(p + i + 32));
+        __m256i c = _mm256_loadu_si256((const __m256i *)(p + i + 64));
+        __m256i d = _mm256_loadu_si256((const __m256i *)(p + i + 96));
+        if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d))) == 0) {
+            error = _mm256_or_si256(error, pending);
+            pending = _mm256_setzero_si256();
+            prev = d;
+            continue;
+        }
+        CP_STEP(a);
+        CP_STEP(b);
+        CP_STEP(c);
+        CP_STEP(d);
+    }
     for (; i < n; i += 32) {
         __m256i input;
         if (i + 32 <= n) {
@@ -202,24 +237,14 @@ __attribute__((target("avx2,popcnt"))) static int64_t cp_utf8_count_avx2(const u
             memcpy(tail, p + i, (size_t)(n - i));
             input = _mm256_loadu_si256((const __m256i *)tail);
         }
-        int high = _mm256_movemask_epi8(input);
-        if (high == 0) {
-            error = _mm256_or_si256(error, pending);
-            pending = _mm256_setzero_si256();
-        } else {
-            error = _mm256_or_si256(error, cp_block_errors(input, prev));
-            pending = cp_incomplete(input);
-            /* Continuation bytes: 0x80..0xBF, i.e. signed bytes below (int8_t)0xC0. */
-            __m256i is_cont = _mm256_cmpgt_epi8(cont_limit, input);
-            conts += __builtin_popcount((unsigned)_mm256_movemask_epi8(is_cont));
-        }
-        prev = input;
+        CP_STEP(input);
     }
     error = _mm256_or_si256(error, pending);
     if (!_mm256_testz_si256(error, error))
         return cp_utf8_count_scalar(p, n, bad); /* finds the first bad byte */
     return n - conts;
 }
+#undef CP_STEP
 
 static int cp_avx2_state = -1; /* -1 unknown, 0 no, 1 yes */
 

@@ -366,13 +366,13 @@ def test_trim_cut_many_message_grouping(kernel):
 
 
 # Strings long enough for the vector path, with every lead/continuation byte pair at a block
-# boundary (the 32-byte step straddles offset 32 here).
+# boundary (the 32-byte step straddles offset 32 here, the 128-byte ASCII step offset 128).
 # Second bytes: every continuation byte, and both edges of every other byte class.
 SECOND_BYTES = [*range(0x80, 0xC0), 0x00, 0x41, 0x7F, 0xC0, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0,
                 0xF4, 0xF5, 0xFF]
 
 
-@pytest.mark.parametrize("where", [0, 30, 31, 32, 63])
+@pytest.mark.parametrize("where", [0, 30, 31, 32, 63, 126, 127, 128, 159, 255])
 def test_utf8_lengths_every_byte_pair_at_block_boundaries(kernel, where):
     tails = [b"", b"\x80", b"\xbf", b"A", b"\x80\x80"]
     mismatches = []
@@ -380,7 +380,7 @@ def test_utf8_lengths_every_byte_pair_at_block_boundaries(kernel, where):
         for b2 in SECOND_BYTES:
             for tail in tails:
                 raw = b"a" * where + bytes((b1, b2)) + tail
-                raw += b"b" * max(0, 70 - len(raw))
+                raw += b"b" * max(0, max(70, where + 160) - len(raw))
                 data = b"xx" + raw
                 offsets = np.array([0, 2, len(data)], dtype=np.int64)
                 try:
@@ -396,7 +396,8 @@ def test_utf8_lengths_every_byte_pair_at_block_boundaries(kernel, where):
     assert mismatches[:5] == []
 
 
-@pytest.mark.parametrize("length", [31, 32, 33, 63, 64, 65, 95, 96, 97, 200])
+@pytest.mark.parametrize("length", [31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 200,
+                                    255, 256, 257])
 @pytest.mark.parametrize("char", ["é", "订", "😀"])
 def test_utf8_lengths_truncated_at_the_end_of_long_strings(kernel, length, char):
     encoded = ("a" * length + char).encode()
