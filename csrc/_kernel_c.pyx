@@ -105,6 +105,21 @@ cdef extern from *:
     PyObject* CP_TYPE_MRO(object cls)
     PyObject* CP_TYPE_DICT(object cls)
 
+cdef extern from *:
+    """
+    /* Byte ranges one after the other. */
+    static void cp_gather(uint8_t *to, const uint8_t *base, const int64_t *a,
+                          const int64_t *b, Py_ssize_t n)
+    {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            memcpy(to, base + a[i], (size_t)(b[i] - a[i]));
+            to += b[i] - a[i];
+        }
+    }
+    """
+    void cp_gather(uint8_t* to, const uint8_t* base, const int64_t* a, const int64_t* b,
+                   Py_ssize_t n) noexcept nogil
+
 cdef extern from "utf8.h":
     int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad) nogil
 
@@ -1867,6 +1882,50 @@ def utf8_lengths(data, offsets):
     if bad_row >= 0:
         raise ValueError(f"invalid UTF-8 in string {bad_row} at byte {off[bad_row] + bad}")
     return out_a
+
+
+cdef object _as_positions(object values, str what, str name):
+    # A private int64 copy: the checks below stay true while the copy runs without the GIL.
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise ValueError(f"{what}: expected a 1-d array of {name}")
+    if values.dtype.kind not in "iu":
+        raise TypeError(f"{what}: expected integer {name}, got {values.dtype}")
+    if values.dtype.kind == "u" and values.size and int(values.max()) >= 1 << 63:
+        raise ValueError(f"{what}: {name} must be below 2**63")
+    return np.array(values, dtype=np.int64, order="C", copy=True)
+
+
+def gather_bytes(src, starts, stops, out):
+    """Copy ``src[starts[i]:stops[i]]`` for each ``i``, one after the other, into ``out`` (a
+    writable buffer of exactly their total size)."""
+    cdef const uint8_t[::1] buf = np.frombuffer(src, dtype=np.uint8)
+    dst_a = np.frombuffer(out, dtype=np.uint8)
+    if not dst_a.flags.writeable:
+        raise ValueError("gather_bytes: out must be a writable buffer")
+    a_a = _as_positions(starts, "gather_bytes", "starts")
+    b_a = _as_positions(stops, "gather_bytes", "stops")
+    if a_a.shape[0] != b_a.shape[0]:
+        raise ValueError(f"gather_bytes: {a_a.shape[0]} starts but {b_a.shape[0]} stops")
+    cdef const int64_t[::1] a = a_a
+    cdef const int64_t[::1] b = b_a
+    cdef Py_ssize_t i, n = a.shape[0], limit = buf.shape[0], size = dst_a.shape[0]
+    cdef int64_t total = 0
+    for i in range(n):
+        if a[i] < 0 or a[i] > b[i] or b[i] > limit:
+            raise ValueError(f"gather_bytes: range {i} is {a[i]}..{b[i]}, expected "
+                             f"0 <= start <= stop <= {limit}")
+        total += b[i] - a[i]
+        if total > size:  # (and so never past INT64_MAX)
+            break
+    if total != size:
+        raise ValueError(f"gather_bytes: the ranges hold {total} bytes, out holds "
+                         f"{dst_a.shape[0]}")
+    if total == 0:
+        return
+    cdef uint8_t[::1] dst = dst_a
+    with nogil:
+        cp_gather(&dst[0], &buf[0], &a[0], &b[0], n)
 
 
 def role_codes_utf8(data, offsets):

@@ -517,6 +517,60 @@ def _arguments_change_the_call() -> list[Any]:
     return [call, {"role": "assistant", "content": parts}]
 
 
+def _gathered(src: Any, starts: Any, stops: Any, size: int | None = None,
+              out: Any = None) -> Callable[[Any], Any]:
+    # gather_bytes on what a caller could hand it: the bytes it wrote, or the error it raised.
+    def run(kernel: Any) -> Any:
+        def call() -> Any:
+            buf = bytearray(size if size is not None else 0) if out is None else out
+            kernel.gather_bytes(src, starts() if callable(starts) else starts, stops, buf)
+            return bytes(buf).decode("latin-1")
+        return _caught(call)
+    return run
+
+
+class _ShiftingStarts:
+    """Starts that move out of range each time they are read as an array: read once, they
+    are good."""
+
+    def __init__(self, values: list[int]) -> None:
+        self.values = np.array(values, dtype=np.int64)
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Any:
+        snapshot = self.values.copy()
+        self.values += 10**12
+        return snapshot
+
+
+def _flipped_by_a_thread(kernel: Any) -> Any:
+    # Another thread flips the starts between good and far out of range while the kernel
+    # checks and copies: each call copies what it checked, or says which range is bad.
+    import threading
+
+    starts = np.array([0, 6], dtype=np.int64)
+    stop = threading.Event()
+
+    def flip() -> None:
+        while not stop.is_set():
+            starts[1] = 6 if starts[1] != 6 else 10**12
+
+    thread = threading.Thread(target=flip)
+    thread.start()
+    seen = set()
+    try:
+        for _ in range(2000):
+            out = bytearray(5)
+            try:
+                kernel.gather_bytes(b"hello world", starts, [2, 9], out)
+                seen.add(bytes(out).decode())
+            except ValueError as exc:
+                seen.add(str(exc).split(",")[0])
+    finally:
+        stop.set()
+        thread.join()
+    return sorted(seen - {"hewor", "gather_bytes: range 1 is 1000000000000..9"})
+
+
 CASES: dict[str, Callable[[Any], Any]] = {
     "key-released-mid-scan-str-subclass": _key_released_mid_scan(True),
     "key-released-mid-scan-object": _key_released_mid_scan(False),
@@ -530,6 +584,28 @@ CASES: dict[str, Callable[[Any], Any]] = {
         np.array([0, 1, 3]), np.array([1, 1, 1], dtype=np.uint8),
         np.array([2**63 - 1, 2**62, 2**62]), 0, 5)),
     **{name: _json_pieces(value) for name, value in JSON_VALUES.items()},
+    "gather-bytes-past-the-source": _gathered(b"hello", [0, 3], [2, 9], 8),
+    "gather-bytes-backwards": _gathered(b"hello", [4], [1], 0),
+    "gather-bytes-negative": _gathered(b"hello", [-1], [2], 3),
+    "gather-bytes-wrapped-uint64": _gathered(b"hello", np.array([2**64 - 1], dtype=np.uint64),
+                                             np.array([2], dtype=np.uint64), 3),
+    "gather-bytes-more-than-out": _gathered(b"hello", [0, 0], [5, 5], 9),
+    "gather-bytes-less-than-out": _gathered(b"hello", [0], [5], 6),
+    "gather-bytes-repeated-past-out": _gathered(b"x" * 8, np.zeros(10, dtype=np.int64),
+                                                np.full(10, 8), 3),
+    "gather-bytes-read-only-out": _gathered(b"hello", [0], [2], out=b"xx"),
+    "gather-bytes-float-starts": _gathered(b"hello", np.array([0.0]), [2], 2),
+    "gather-bytes-object-starts": _gathered(b"hello", np.array([0, "a"], dtype=object),
+                                            [1, 2], 2),
+    "gather-bytes-2d-starts": _gathered(b"hello", np.zeros((1, 1), dtype=np.int64),
+                                        np.ones((1, 1), dtype=np.int64), 1),
+    "gather-bytes-uneven": _gathered(b"hello", [0, 1], [1], 1),
+    "gather-bytes-not-a-buffer": _gathered("hello", [0], [1], 1),
+    "gather-bytes-starts-shift-when-read": _gathered(
+        b"hello world", lambda: _ShiftingStarts([0, 6]), [2, 9], 5),
+    "gather-bytes-starts-flipped-by-a-thread": _flipped_by_a_thread,
+    "gather-bytes-out-of-a-slice": _gathered(b"hello world", [6, 0], [11, 5],
+                                             out=memoryview(bytearray(12))[1:11]),
     "json-nesting-around-the-native-limit": lambda kernel: [
         _json_pieces(deep_list(levels))(kernel)[1][1] == ascii(compact_json(deep_list(levels)))
         for levels in range(60, 70)],

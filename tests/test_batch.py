@@ -539,3 +539,65 @@ def test_thinking_blocks_are_counted_on_the_columnar_path(with_thinking):
     assert out.figures.column("path").to_pylist() == ["columnar"]
     assert out.figures.column("chars_before").to_pylist() == [40 + 12 + 30 + 4]
     assert_rows_match(table, policy, out)
+
+
+# ---------------------------------------------------------------------------------------------
+# The output's gather by ranges: what a take of the same indices gives, for every layout
+
+GATHERED = pa.struct([
+    ("role", pa.string()), ("content", pa.large_string()), ("n", pa.int64()),
+    ("x", pa.float32()), ("flag", pa.bool_()), ("kind", pa.dictionary(pa.int32(), pa.string())),
+    ("raw", pa.binary()), ("at", pa.timestamp("ms")), ("code", pa.binary(3)),
+    ("view", pa.string_view()), ("tool_calls", pa.list_(CALL)), ("parts", pa.large_list(PART)),
+    ("meta", pa.json_(pa.string())),
+])
+gathered_message = st.none() | st.fixed_dictionaries({
+    "role": st.sampled_from(["user", "assistant"]) | st.none(), "content": words | st.none(),
+    "n": st.integers(-2**63, 2**63 - 1) | st.none(), "x": st.floats(width=32, allow_nan=False) | st.none(),
+    "flag": st.booleans() | st.none(), "kind": st.sampled_from(["a", "b"]) | st.none(),
+    "raw": st.binary(max_size=20) | st.none(), "at": st.integers(0, 2**40) | st.none(),
+    "code": st.binary(min_size=3, max_size=3) | st.none(), "view": words | st.none(),
+    "tool_calls": st.none() | st.lists(call, max_size=3),
+    "parts": st.none() | st.lists(st.none() | st.fixed_dictionaries({
+        "type": st.just("text"), "text": words | st.none(), "id": ids, "tool_use_id": ids}),
+        max_size=3),
+    "meta": st.none() | st.sampled_from(['{"a": 1}', "[]", '"s"']),
+})
+
+
+@SETTINGS
+@given(st.lists(st.none() | st.lists(gathered_message, max_size=5), min_size=1, max_size=12),
+       st.booleans(), st.data())
+def test_gather_by_ranges_is_a_take(rows, large, data):
+    from contextpolicy.batch.table import _gather, _ranges, _runs, _storage_type, _take
+
+    t = (pa.large_list if large else pa.list_)(GATHERED)
+    # Built without the dictionary and the extension, then cast (Arrow builds a null struct's
+    # dictionary child with an index into an empty dictionary).
+    plain = _storage_type(t.value_type)
+    plain = pa.struct([f.with_type(pa.string()) if f.name == "kind" else f for f in plain])
+    column = pa.array(rows, type=(pa.large_list if large else pa.list_)(plain)).cast(t)
+    column.validate(full=True)
+    lo = data.draw(st.integers(0, len(column)))
+    arr = column.slice(lo, data.draw(st.integers(0, len(column) - lo)))
+    for target in (arr, arr.values):  # the lists, and their messages (a struct)
+        n = len(target)
+        ranges = data.draw(st.lists(st.tuples(st.integers(0, n), st.integers(0, n)).map(sorted),
+                                    max_size=6))
+        starts = np.array([a for a, _ in ranges], dtype=np.int64)
+        lengths = np.array([b - a for a, b in ranges], dtype=np.int64)
+        want = _take(target, pa.array(_ranges(starts, lengths), type=pa.int64()))
+        for got in (_gather(target, starts, lengths), _gather(target, *_runs(starts, lengths))):
+            got.validate(full=True)
+            assert got.type == target.type
+            assert got.to_pylist() == want.to_pylist()
+            assert got.equals(want)
+
+
+def test_gather_of_one_range_is_a_slice_and_copies_nothing():
+    from contextpolicy.batch.table import _gather
+
+    arr = pa.array([[{"role": "user", "content": "a"}]] * 4,
+                   type=pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))
+    got = _gather(arr, np.array([1]), np.array([2]))
+    assert got.offset == 1 and got.buffers()[1].address == arr.buffers()[1].address

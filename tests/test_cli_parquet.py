@@ -149,11 +149,15 @@ def test_memory_stays_near_a_few_row_groups(files, tmp_path):
     chats = synthetic.corpus("chats", 4000, 12)
     table = pa.table({"id": list(range(4000)), "messages": chats})
     group = 2000
-    pq.write_table(table, tmp_path / "small.parquet", row_group_size=group)
-    big = pa.concat_tables([table] * 8)
-    pq.write_table(big, tmp_path / "big.parquet", row_group_size=group)
     per_group = table.nbytes / 2
-    assert big.nbytes > 12 * per_group  # the big file holds sixteen row groups
+    # Eight row groups, then thirty-two: past the first few groups the allocator has what it
+    # keeps, and the peak must not grow with the file.
+    pq.write_table(pa.concat_tables([table] * 4), tmp_path / "small.parquet",
+                   row_group_size=group)
+    big = pa.concat_tables([table] * 16)
+    pq.write_table(big, tmp_path / "big.parquet", row_group_size=group)
+    assert big.nbytes > 30 * per_group  # the big file holds thirty-two row groups
+    del big
     peaks = {}
     for name in ("small", "big"):
         done = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / f"{name}.parquet"),
@@ -161,8 +165,8 @@ def test_memory_stays_near_a_few_row_groups(files, tmp_path):
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         peaks[name] = int(done.stdout.split()[-1])
-    # Eight times the rows cost less than three row groups more: the file is streamed.
-    assert peaks["big"] - peaks["small"] < 3 * per_group, (peaks, per_group)
+    # Four times the rows cost less than two row groups more: the file is streamed.
+    assert peaks["big"] - peaks["small"] < 2 * per_group, (peaks, per_group)
 
 
 def test_deep_json_content_is_one_line_error(files, tmp_path):

@@ -111,6 +111,37 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     **{name: ("value", [["str", ascii("f")], *[["str", ascii(compact_json(value))]] * 3,
                         [2, 3, 4]])
        for name, value in JSON_VALUES.items()},
+    # gather_bytes: every range within the source, the total exactly the output's size, the
+    # positions read once into a copy of their own (an array that shifts its values each time
+    # it is read is copied as it was first read), a writable output of any contiguous kind.
+    "gather-bytes-past-the-source": ("value", ["ValueError", "gather_bytes: range 1 is 3..9, "
+                                               "expected 0 <= start <= stop <= 5"]),
+    "gather-bytes-backwards": ("value", ["ValueError", "gather_bytes: range 0 is 4..1, "
+                                         "expected 0 <= start <= stop <= 5"]),
+    "gather-bytes-negative": ("value", ["ValueError", "gather_bytes: range 0 is -1..2, "
+                                        "expected 0 <= start <= stop <= 5"]),
+    "gather-bytes-wrapped-uint64": ("value", ["ValueError",
+                                              "gather_bytes: starts must be below 2**63"]),
+    "gather-bytes-more-than-out": ("value", ["ValueError", "gather_bytes: the ranges hold 10 "
+                                             "bytes, out holds 9"]),
+    "gather-bytes-less-than-out": ("value", ["ValueError", "gather_bytes: the ranges hold 5 "
+                                             "bytes, out holds 6"]),
+    "gather-bytes-repeated-past-out": ("value", ["ValueError", "gather_bytes: the ranges hold "
+                                                 "8 bytes, out holds 3"]),
+    "gather-bytes-read-only-out": ("value", ["ValueError",
+                                             "gather_bytes: out must be a writable buffer"]),
+    "gather-bytes-float-starts": ("value", ["TypeError",
+                                            "gather_bytes: expected integer starts, got float64"]),
+    "gather-bytes-object-starts": ("value", ["TypeError",
+                                             "gather_bytes: expected integer starts, got object"]),
+    "gather-bytes-2d-starts": ("value", ["ValueError",
+                                         "gather_bytes: expected a 1-d array of starts"]),
+    "gather-bytes-uneven": ("value", ["ValueError", "gather_bytes: 2 starts but 1 stops"]),
+    "gather-bytes-not-a-buffer": ("value", ["TypeError",
+                                            "a bytes-like object is required, not 'str'"]),
+    "gather-bytes-starts-shift-when-read": ("value", ["value", "hewor"]),
+    "gather-bytes-starts-flipped-by-a-thread": ("value", []),
+    "gather-bytes-out-of-a-slice": ("value", ["value", "worldhello"]),
     "json-nesting-around-the-native-limit": ("value", [True] * 10),
     # reduce_plan reads the fragment list as it is after a fragment's Python code emptied it,
     # and a protected kind is declined before ``protected`` is read.

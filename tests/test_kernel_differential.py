@@ -743,3 +743,29 @@ def test_odd_arguments_are_converted_alike(kernels, name):
         first, *others = (_outcome(call, k, value) for k in kernels)
         for other in others:
             assert other == first, (name, value)
+
+
+@SETTINGS
+@given(st.binary(max_size=300), st.data())
+def test_gather_bytes_agrees(differential, src, data):
+    # Ranges in any order, repeated and empty, mostly within the source, now and then backwards
+    # or past it; an output of the right size, mostly: the same bytes, or the same error.
+    edge = st.integers(0, len(src)) | st.integers(-3, len(src) + 3)
+    ranges = data.draw(st.lists(st.tuples(edge, edge).map(
+        lambda r: tuple(sorted(r)) if data.draw(st.integers(0, 9)) else r), max_size=20))
+    starts = np.array([a for a, _ in ranges], dtype=np.int64)
+    stops = np.array([b for _, b in ranges], dtype=np.int64)
+    size = max(0, sum(b - a for a, b in ranges) + data.draw(st.sampled_from([0, 0, 0, -1, 1])))
+
+    def gather(kernel):
+        out = bytearray(size)
+        kernel.gather_bytes(src, starts, stops, out)
+        return bytes(out)
+
+    try:
+        got = differential(gather)
+    except ValueError:
+        assert not all(0 <= a <= b <= len(src) for a, b in ranges) or size != sum(
+            b - a for a, b in ranges)
+        return
+    assert got == b"".join(src[a:b] for a, b in ranges)

@@ -82,6 +82,7 @@ __all__ = [
     "trim_cut",
     "trim_cut_many",
     "utf8_lengths",
+    "gather_bytes",
 ]
 
 IMPLEMENTATION = "python"
@@ -969,6 +970,44 @@ def utf8_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
         except UnicodeDecodeError as exc:
             raise _utf8_error(r, start + exc.start) from None
     return out
+
+
+def _positions(values: Any, what: str, name: str) -> list[int]:
+    values = np.asarray(values)
+    if values.ndim != 1:
+        raise ValueError(f"{what}: expected a 1-d array of {name}")
+    if values.dtype.kind not in "iu":
+        raise TypeError(f"{what}: expected integer {name}, got {values.dtype}")
+    if values.dtype.kind == "u" and values.size and int(values.max()) >= 1 << 63:
+        raise ValueError(f"{what}: {name} must be below 2**63")
+    return [int(v) for v in values.astype(np.int64).tolist()]
+
+
+def gather_bytes(src: Any, starts: Any, stops: Any, out: Any) -> None:
+    """Copy ``src[starts[i]:stops[i]]`` for each ``i``, one after the other, into ``out`` (a
+    writable buffer of exactly their total size)."""
+    buf = np.frombuffer(src, dtype=np.uint8)
+    dst = np.frombuffer(out, dtype=np.uint8)
+    if not dst.flags.writeable:
+        raise ValueError("gather_bytes: out must be a writable buffer")
+    a = _positions(starts, "gather_bytes", "starts")
+    b = _positions(stops, "gather_bytes", "stops")
+    if len(a) != len(b):
+        raise ValueError(f"gather_bytes: {len(a)} starts but {len(b)} stops")
+    limit, size, total = len(buf), len(dst), 0
+    for i, (start, stop) in enumerate(zip(a, b, strict=True)):
+        if start < 0 or start > stop or stop > limit:
+            raise ValueError(f"gather_bytes: range {i} is {start}..{stop}, expected "
+                             f"0 <= start <= stop <= {limit}")
+        total += stop - start
+        if total > size:
+            break
+    if total != size:
+        raise ValueError(f"gather_bytes: the ranges hold {total} bytes, out holds {size}")
+    at = 0
+    for start, stop in zip(a, b, strict=True):
+        dst[at: at + stop - start] = buf[start:stop]
+        at += stop - start
 
 
 def role_codes_utf8(data: Any, offsets: npt.NDArray[Any]) -> npt.NDArray[np.int8]:

@@ -783,6 +783,96 @@ def _take(values: Any, indices: Any) -> Any:
         return values.cast(plain).take(indices).cast(values.type)
 
 
+def _runs(starts: Any, lengths: Any) -> tuple[Any, Any]:
+    """The ranges ``[start, start + length)`` without the empty ones, each run of adjacent
+    ranges joined into one: (starts, lengths)."""
+    keep = lengths > 0
+    s, n = starts[keep], lengths[keep]
+    if len(s) < 2:
+        return s, n
+    ends = s + n
+    first = np.flatnonzero(np.concatenate([[True], s[1:] != ends[:-1]]))
+    last = np.concatenate([first[1:] - 1, [len(s) - 1]])
+    return s[first], ends[last] - s[first]
+
+
+def _index_runs(indices: Any) -> tuple[Any, Any]:
+    """The runs of consecutive ``indices``: (starts, lengths)."""
+    if not len(indices):
+        return indices, indices
+    first = np.flatnonzero(np.concatenate([[True], np.diff(indices) != 1]))
+    return indices[first], np.diff(np.concatenate([first, [len(indices)]]))
+
+
+def _gathered_offsets(offs: Any, starts: Any, lengths: Any, dtype: Any) -> Any:
+    """The offsets of the elements in the ranges, laid end to end from 0."""
+    sizes = (offs[1:] - offs[:-1])[_ranges(starts, lengths)]
+    out = np.empty(len(sizes) + 1, dtype=dtype)
+    out[0] = 0
+    np.cumsum(sizes, out=out[1:])
+    return out
+
+
+def _copy(data: Any, byte_starts: Any, byte_stops: Any) -> Any:
+    """The byte ranges of ``data`` in one new Arrow buffer (from Arrow's memory pool, which
+    keeps its pages between calls where a fresh allocation would fault each one in)."""
+    pa = _pa()
+    size = int((byte_stops - byte_starts).sum())
+    out = pa.allocate_buffer(size)
+    if size:
+        _kernel.gather_bytes(data, byte_starts, byte_stops, out)
+    return out
+
+
+_BYTES_TYPES = ("is_string", "is_large_string", "is_binary", "is_large_binary")
+
+
+def _gather(arr: Any, starts: Any, lengths: Any) -> Any:
+    """The elements of ``arr`` in the ranges ``[start, start + length)``, one after the other:
+    a take by ranges, each range of each buffer copied in one piece (nested lists and structs
+    by offset arithmetic down to their leaves). Types without a plain buffer layout (booleans,
+    dictionaries, views, unions) are taken element by element."""
+    pa = _pa()
+    t = arr.type
+    total = int(lengths.sum())
+    if len(starts) == 1:
+        return arr.slice(int(starts[0]), total)  # one range: no copy at all
+    if isinstance(t, pa.BaseExtensionType):
+        return pa.ExtensionArray.from_storage(t, _gather(arr.storage, starts, lengths))
+    is_bytes = any(getattr(pa.types, name)(t) for name in _BYTES_TYPES)
+    fixed = (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
+             or pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t))
+    if not (is_bytes or fixed or pa.types.is_struct(t) or _is_list(t)):
+        return _take(arr, pa.array(_ranges(starts, lengths), type=pa.int64()))
+    validity, null_count = None, 0
+    if arr.null_count:
+        valid = ~_nulls(arr)[_ranges(starts, lengths)]
+        null_count = total - int(np.count_nonzero(valid))
+        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+    at = starts + arr.offset
+    if pa.types.is_struct(t):
+        children = [_gather(arr.field(i), starts, lengths) for i in range(t.num_fields)]
+        return pa.Array.from_buffers(t, total, [validity], null_count, children=children)
+    if fixed:
+        width = t.bit_width // 8
+        data = _copy(arr.buffers()[1], at * width, (at + lengths) * width)
+        return pa.Array.from_buffers(t, total, [validity, data], null_count)
+    wide = pa.types.is_large_list(t) or pa.types.is_large_string(t) or pa.types.is_large_binary(
+        t)
+    dtype = np.int64 if wide else np.int32
+    offs = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset: arr.offset + len(arr) + 1]
+    new_offsets = pa.py_buffer(_gathered_offsets(offs, starts, lengths, dtype))
+    lo, hi = offs[starts].astype(np.int64), offs[starts + lengths].astype(np.int64)
+    if is_bytes:
+        data = arr.buffers()[2]
+        data = _copy(data if data is not None else b"", lo, hi)
+        return pa.Array.from_buffers(t, total, [validity, new_offsets, data], null_count)
+    # A list: its values in the ranges its offsets give (absolute: ``values`` is unsliced).
+    values = _gather(arr.values, *_runs(lo, hi - lo))
+    return pa.Array.from_buffers(t, total, [validity, new_offsets], null_count,
+                                 children=[values])
+
+
 class _Chunk:
     """One chunk of the column, reduced."""
 
@@ -899,11 +989,13 @@ class _Chunk:
         if not changed:
             self.messages = arr
             return
-        # Output: the kept messages of every row by one take over the column's values (and the
-        # new messages after them), rows delimited by offset arithmetic.
-        indices = _ranges(starts, lengths)
+        # Output: the kept messages of every row gathered by ranges from the column's values
+        # (and the new messages after them), rows delimited by offset arithmetic.
         per_row = lengths[0::2] + lengths[1::2]
-        if pieces:
+        if not pieces:
+            taken = _gather(values, *_runs(starts, lengths))
+        else:
+            indices = _ranges(starts, lengths)
             # Object rows have no columnar ranges: their indices go where their row begins.
             rows = np.asarray(sorted(pieces), dtype=np.int64)
             fast_at = np.concatenate([[0], np.cumsum(per_row)])
@@ -913,11 +1005,11 @@ class _Chunk:
                 parts += [np.asarray(pieces[row], dtype=np.int64), segments[k + 1]]
                 per_row[row] = len(pieces[row])
             indices = np.concatenate(parts)
-        source = values
-        if new:
-            source = pa.concat_arrays([values, _new_values(t.value_type, new, json_fields,
-                                                           column)])
-        taken = _take(source, pa.array(indices, type=pa.int64()))
+            source = values
+            if new:
+                source = pa.concat_arrays([values, _new_values(t.value_type, new, json_fields,
+                                                               column)])
+            taken = _gather(source, *_index_runs(indices))
         list_offsets = np.concatenate([[0], np.cumsum(per_row)])
         cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
         odtype = np.int64 if pa.types.is_large_list(t) else np.int32
