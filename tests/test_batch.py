@@ -398,7 +398,7 @@ def test_pieces_side_by_side_mean_the_same(monkeypatch):
     table = pa.table({"n": list(range(len(rows))),
                       "messages": pa.chunked_array([arr[:50], arr[50:]])})
     one = reduce_table(table, POLICY, threads=1)
-    monkeypatch.setattr(table_module, "MIN_PIECE_ROWS", 7)
+    monkeypatch.setattr(table_module, "MIN_PIECE_MESSAGES", 7)
     many = reduce_table(table, POLICY, threads=3)
     assert many.table.column("messages").num_chunks == 6
     assert many.table.column("messages").to_pylist() == one.table.column("messages").to_pylist()
@@ -413,13 +413,29 @@ def test_pieces_side_by_side_mean_the_same(monkeypatch):
         reduce_table(table, POLICY, threads=0)
 
 
+def test_pieces_hold_about_as_many_messages(monkeypatch):
+    import contextpolicy.batch.table as table_module
+
+    monkeypatch.setattr(table_module, "MIN_PIECE_MESSAGES", 100)
+    one = {"role": "user", "content": "x"}
+    # Ten long transcripts, then ninety short ones: cut by messages, not rows.
+    arr = pa.array([[one] * 90] * 10 + [[one]] * 90, type=pa.list_(MESSAGE))
+    assert table_module._piece_bounds(arr, 2) == [0, 6, 100]
+    assert table_module._piece_bounds(arr.slice(10), 2) == [0, 90]  # 90 messages: one piece
+    assert table_module._piece_bounds(arr, 1) == [0, 100]
+    assert table_module._piece_bounds(pa.array([1, 2, 3]), 2) == [0, 3]
+
+
 INNER = pa.struct([("type", pa.string()), ("text", pa.string())])
 ARGS = pa.struct([("q", pa.string()), ("n", pa.int64()), ("x", pa.float64())])
+# Without the float, an input's compact JSON is counted from the buffers.
+ARGS_OF_BUFFERS = pa.struct([("q", pa.string()), ("n", pa.int64()),
+                             ("tags", pa.list_(pa.string())), ("ok", pa.bool_())])
 
 
-def block_type(result_content):
+def block_type(result_content, args=ARGS):
     return pa.struct([("type", pa.string()), ("text", pa.string()), ("id", pa.string()),
-                      ("name", pa.string()), ("input", ARGS), ("tool_use_id", pa.string()),
+                      ("name", pa.string()), ("input", args), ("tool_use_id", pa.string()),
                       ("content", result_content), ("is_error", pa.bool_())])
 
 
@@ -431,7 +447,9 @@ block = st.fixed_dictionaries({
     "text": words | st.none(), "id": ids, "name": words | st.none(),
     "input": st.none() | st.fixed_dictionaries({
         "q": words | st.none(), "n": st.none() | st.integers(-2**63, 2**63 - 1),
-        "x": st.none() | st.floats(allow_nan=False)}),
+        "x": st.none() | st.floats(allow_nan=False),
+        "tags": st.none() | st.lists(words | st.none(), max_size=3),
+        "ok": st.none() | st.booleans()}),
     "tool_use_id": ids, "is_error": st.none() | st.booleans(),
 })
 anthropic_message = st.fixed_dictionaries({
@@ -443,12 +461,14 @@ anthropic_message = st.fixed_dictionaries({
 @SETTINGS
 @given(st.lists(st.lists(st.tuples(anthropic_message, st.lists(st.tuples(
     block, words | st.none(), st.none() | st.lists(inner_part, max_size=3)), max_size=4)),
-    max_size=10), min_size=1, max_size=6), st.booleans(), policies)
-def test_anthropic_blocks_columnar(rows, nested, policy):
-    # Tool results' content as text or as a list of parts; tool_use inputs as structs.
+    max_size=10), min_size=1, max_size=6), st.booleans(), st.sampled_from([ARGS, ARGS_OF_BUFFERS]),
+    policies)
+def test_anthropic_blocks_columnar(rows, nested, args, policy):
+    # Tool results' content as text or as a list of parts; tool_use inputs as structs (Arrow
+    # drops the keys the struct type does not have).
     content = pa.list_(INNER) if nested else pa.string()
     message_type = pa.struct([("role", pa.string()), ("tool_call_id", pa.string()),
-                              ("content", pa.list_(block_type(content)))])
+                              ("content", pa.list_(block_type(content, args)))])
     data = [[dict(m, content=[dict(b, content=(inner if nested else text))
                               for b, text, inner in blocks]) for m, blocks in row]
             for row in rows]
@@ -601,3 +621,75 @@ def test_gather_of_one_range_is_a_slice_and_copies_nothing():
                    type=pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))
     got = _gather(arr, np.array([1]), np.array([2]))
     assert got.offset == 1 and got.buffers()[1].address == arr.buffers()[1].address
+
+
+# ---------------------------------------------------------------------------------------------
+# A tool_use input's compact JSON, counted from the buffers
+
+leaf_types = st.sampled_from([
+    pa.int8(), pa.int64(), pa.uint64(), pa.bool_(), pa.string(), pa.large_string(),
+    pa.string_view(), pa.null(), pa.dictionary(pa.int32(), pa.string()), pa.float64()])
+field_names = st.sampled_from(["q", "n", 'a"b', "c\\d", "é", "😀", "\n", "\x01", ""])
+
+
+def _struct_of(fields: list) -> pa.DataType:
+    return pa.struct([pa.field(name, t) for name, t in fields])
+
+
+arrow_types = st.recursive(leaf_types, lambda inner: st.one_of(
+    st.lists(st.tuples(field_names, inner), max_size=3, unique_by=lambda f: f[0]).map(
+        _struct_of),
+    inner.map(pa.list_), inner.map(pa.large_list)), max_leaves=6)
+json_text = st.text(st.characters(codec="utf-8"), max_size=12) | st.sampled_from(
+    ['"', "\\", "\x00\x1f\b\f\n\r\t", "a\u2028b\x7f", "订单 😀"])
+
+
+def values_of(t: pa.DataType) -> st.SearchStrategy:
+    if pa.types.is_null(t):
+        return st.none()
+    if pa.types.is_struct(t):
+        return st.none() | st.fixed_dictionaries({f.name: values_of(f.type) for f in t})
+    if pa.types.is_list(t) or pa.types.is_large_list(t):
+        return st.none() | st.lists(values_of(t.value_type), max_size=3)
+    if pa.types.is_integer(t):
+        info = np.iinfo(t.to_pandas_dtype())
+        return st.none() | st.integers(int(info.min), int(info.max))
+    if pa.types.is_boolean(t):
+        return st.none() | st.booleans()
+    if pa.types.is_floating(t):
+        return st.none() | st.floats(allow_nan=False)
+    return st.none() | json_text
+
+
+@SETTINGS
+@given(arrow_types, st.data())
+def test_json_lengths_are_the_compact_json_of_the_values(t, data):
+    from contextpolicy._kernel_py import COMPACT_JSON
+    from contextpolicy.batch.table import _json_lengths
+
+    values = data.draw(st.lists(values_of(t), max_size=8))
+    try:
+        arr = pa.array(values, type=t)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError):
+        return  # a type Arrow cannot build from Python values (a view in a list, say)
+    lo = data.draw(st.integers(0, len(arr)))
+    arr = arr.slice(lo, data.draw(st.integers(0, len(arr) - lo)))
+    got = _json_lengths(arr)
+    if "double" in str(t):  # floats: only Python writes their shortest form, the values say
+        assert got is None
+        return
+    assert got.tolist() == [len(COMPACT_JSON.encode(v)) for v in arr.to_pylist()]
+
+
+def test_json_lengths_of_the_integer_edges():
+    from contextpolicy._kernel_py import COMPACT_JSON
+    from contextpolicy.batch.table import _json_lengths
+
+    edges = [0, -1, 9, 10, -10, 99, 100, 10**18 - 1, 10**18, 2**63 - 1, -2**63, -2**63 + 1]
+    arr = pa.array(edges, type=pa.int64())
+    assert _json_lengths(arr).tolist() == [len(COMPACT_JSON.encode(v)) for v in edges]
+    big = [0, 10**19 - 1, 10**19, 2**64 - 1]
+    assert _json_lengths(pa.array(big, type=pa.uint64())).tolist() == [1, 19, 20, 20]
+    # A struct with a key twice reads back as a dict with one of them: the values say.
+    twice = pa.StructArray.from_arrays([pa.array([1]), pa.array([22])], names=["k", "k"])
+    assert _json_lengths(twice) is None

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from itertools import pairwise
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import orjson
 
 from .. import _kernel
+from .._kernel_py import COMPACT_JSON as _COMPACT
 from .._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
@@ -213,6 +215,87 @@ def _sums(values: Any, offs: Any) -> Any:
     return csum[offs[1:]] - csum[offs[:-1]]
 
 
+# What the compact JSON of a string adds to its code points, per byte: the quotes are counted
+# apart; '"' and '\\' and the five named controls take two chars, other controls six
+# (\u00XX); nothing else is escaped (the encoder writes non-ASCII as it is).
+_ESCAPE_EXTRA = np.zeros(256, dtype=np.uint8)
+_ESCAPE_EXTRA[:0x20] = 5
+_ESCAPE_EXTRA[[ord(c) for c in '"\\\b\f\n\r\t']] = 1
+_POWERS = np.array([10**k for k in range(1, 20)], dtype=np.uint64)
+
+
+def _escapes(arr: Any) -> Any:
+    """Per string of ``arr`` (string or large_string), what escaping adds to its length."""
+    data, offs = _buffers(arr)
+    n = len(offs) - 1
+    if n == 0 or offs[-1] == offs[0]:
+        return np.zeros(n, dtype=np.int64)
+    lo, hi = int(offs[0]), int(offs[-1])
+    extra = _ESCAPE_EXTRA[np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo)]
+    # Sums from each non-empty string's start to the next one's, which is its end (the
+    # strings between them are empty).
+    nonempty = np.flatnonzero(offs[1:] > offs[:-1])
+    sums = np.zeros(n, dtype=np.int64)
+    sums[nonempty] = np.add.reduceat(extra, offs[nonempty] - lo, dtype=np.int64)
+    return sums
+
+
+def _digits(arr: Any) -> Any:
+    """Chars of each integer of ``arr`` as JSON writes it (nulls: any figure, set apart)."""
+    values = arr.fill_null(0).to_numpy(zero_copy_only=False)
+    if values.dtype.kind == "i":
+        negative = values < 0
+        wide = values.astype(np.int64)
+        magnitude = np.where(negative, (-(wide + 1)).astype(np.uint64) + np.uint64(1),
+                             wide.astype(np.uint64))
+    else:
+        negative = np.zeros(len(values), dtype=bool)
+        magnitude = values.astype(np.uint64)
+    return 1 + negative + np.searchsorted(_POWERS, magnitude, side="right")
+
+
+def _json_lengths(arr: Any) -> Any | None:
+    """Chars of the compact JSON of each value of ``arr`` as the object path writes it (the
+    value Arrow gives back, ``null`` for a null), from the buffers: strings, integers, booleans
+    and nulls, structs and lists of them. ``None`` for any other type (floats, whose shortest
+    form only Python writes, dates, binaries, maps, ...): the caller asks the values."""
+    pa = _pa()
+    t = arr.type
+    n = len(arr)
+    if pa.types.is_null(t):
+        return np.full(n, 4, dtype=np.int64)
+    if pa.types.is_boolean(t):
+        out = 5 - arr.fill_null(True).to_numpy(zero_copy_only=False).astype(np.int64)
+    elif pa.types.is_integer(t):
+        out = _digits(arr)
+    elif _text_type(t):
+        strings = _strings(arr)
+        out = 2 + _lengths(strings) + _escapes(strings)
+    elif pa.types.is_struct(t):
+        names = [f.name for f in t]
+        if len(set(names)) != len(names):  # a dict keeps one of each: the values say which
+            return None
+        out = np.full(n, 2 + max(len(names) - 1, 0), dtype=np.int64)
+        for i, name in enumerate(names):
+            child = _json_lengths(arr.field(i))
+            if child is None:
+                return None
+            out += child + len(_COMPACT.encode(name)) + 1
+    elif _is_list(t):
+        offs, values = _offsets(arr)
+        child = _json_lengths(values)
+        if child is None:
+            return None
+        count = np.diff(offs)
+        out = 2 + np.maximum(count - 1, 0) + _sums(child, offs)
+    else:
+        return None
+    out = np.asarray(out, dtype=np.int64)
+    if arr.null_count:
+        out[_nulls(arr)] = 4
+    return out
+
+
 # Part kinds by index: the text types, then tool_result, tool_use and thinking.
 _PART_KINDS = (*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART, THINKING_PART)
 
@@ -399,14 +482,17 @@ class _Measured:
             given = _field(parts, "input")
             if given is not None:
                 # The compact JSON of each input, as the object path counts it (the value
-                # read back from Arrow, null for a missing one).
-                from .._kernel_py import COMPACT_JSON
-
-                try:
-                    counted[at] += [len(COMPACT_JSON.encode(v))
-                                    for v in given.take(pa.array(at)).to_pylist()]
-                except (TypeError, ValueError, RecursionError):
-                    unreadable[at] = True
+                # read back from Arrow, null for a missing one): from the buffers where the
+                # type allows, else from the values.
+                inputs = _take(given, pa.array(at))
+                lengths = _json_lengths(inputs)
+                if lengths is not None:
+                    counted[at] += lengths
+                else:
+                    try:
+                        counted[at] += [len(_COMPACT.encode(v)) for v in inputs.to_pylist()]
+                    except (TypeError, ValueError, RecursionError):
+                        unreadable[at] = True
             flags[part_message[at]] |= FLAG_TOOL_CALLS
             calls.add(part_message[at], at, self._ids(parts, "id", at))
         is_thinking = code == len(TEXT_PART_TYPES) + 2
@@ -1035,7 +1121,23 @@ class _Chunk:
         return pa.ListArray.from_arrays(pa.array(offsets), struct, type=wtype)
 
 
-MIN_PIECE_ROWS = 16_384  # rows below which a piece is not worth a thread of its own
+MIN_PIECE_MESSAGES = 32_768  # messages below which a piece is not worth a thread of its own
+
+
+def _piece_bounds(chunk: Any, workers: int) -> list[int]:
+    """Where to cut a chunk's rows into pieces of about as many messages each (a few long
+    transcripts weigh as much as many short ones)."""
+    n = len(chunk)
+    if workers < 2 or n < 2 or not _is_list(chunk.type):
+        return [0, n]
+    offs = _ints(chunk.offsets)
+    messages = int(offs[-1]) - int(offs[0])
+    k = max(1, min(workers, messages // MIN_PIECE_MESSAGES, n))
+    if k == 1:
+        return [0, n]
+    targets = int(offs[0]) + messages * np.arange(1, k, dtype=np.int64) // k
+    cuts = np.searchsorted(offs, targets).tolist()
+    return sorted({0, n, *(c for c in cuts if 0 < c < n)})
 
 
 def _threads(threads: int | None) -> int:
@@ -1078,8 +1180,8 @@ def reduce_table(
     the history and a row has none, the row's history is empty (as on the command line).
 
     ``threads``: how many pieces of a table's rows are reduced side by side (default: the
-    CPUs this process may use; a piece holds at least 16,384 rows, and a RecordBatch is one
-    piece). The output column is then chunked by piece.
+    CPUs this process may use; a piece holds about as many messages as the others, at least
+    32,768, and a RecordBatch is one piece). The output column is then chunked by piece.
 
     Raises :class:`ContextPlanError` naming the column, the row, the message and the field of
     the first row that is not a valid transcript, :class:`ContextPolicyError` for the policy.
@@ -1104,10 +1206,11 @@ def reduce_table(
     offset = 0
     workers = 1 if is_batch else _threads(threads)
     for chunk in chunks:
-        k = max(1, min(workers, len(chunk) // MIN_PIECE_ROWS))
-        step = -(-len(chunk) // k) if len(chunk) else 1
-        for start in range(0, max(len(chunk), 1), step):
-            pieces.append((offset + start, chunk.slice(start, step) if k > 1 else chunk))
+        bounds = _piece_bounds(chunk, workers)
+        if len(bounds) == 2:
+            pieces.append((offset, chunk))
+        else:
+            pieces += [(offset + a, chunk.slice(a, b - a)) for a, b in pairwise(bounds)]
         offset += len(chunk)
 
     def one(piece: tuple[int, Any]) -> _Chunk:
