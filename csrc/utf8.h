@@ -183,27 +183,28 @@ __attribute__((target("avx2"))) static inline __m256i cp_incomplete(__m256i inpu
     return _mm256_subs_epu8(input, max);
 }
 
-/* One 32-byte block: its errors given the block before, what it leaves pending, its
- * continuation bytes. No branch on the block's bytes: text that mixes scripts would mispredict
- * it block by block, and the checks find what the ASCII path's `pending` would. */
-#define CP_STEP(input)                                                                   \
-    do {                                                                                 \
-        error = _mm256_or_si256(error, cp_block_errors((input), prev));                  \
-        pending = cp_incomplete(input);                                                  \
-        /* Continuation bytes: 0x80..0xBF, i.e. signed bytes below (int8_t)0xC0. */      \
-        conts += __builtin_popcount(                                                     \
-            (unsigned)_mm256_movemask_epi8(_mm256_cmpgt_epi8(cont_limit, (input))));     \
-        prev = (input);                                                                  \
-    } while (0)
+/* Continuation bytes: 0x80..0xBF, i.e. signed bytes below (int8_t)0xC0; as 0xFF lanes. */
+#define CP_CONTS(input) _mm256_cmpgt_epi8(cont_limit, (input))
 
-__attribute__((target("avx2,popcnt"))) static int64_t cp_utf8_count_avx2(const uint8_t *p, int64_t n,
-                                                                        int64_t *bad)
+__attribute__((target("avx2"))) static inline int64_t cp_sum_epi64(__m256i v)
 {
+    __m128i s = _mm_add_epi64(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    return (int64_t)_mm_cvtsi128_si64(s) + (int64_t)_mm_extract_epi64(s, 1);
+}
+
+__attribute__((target("avx2"))) static int64_t cp_utf8_count_avx2(const uint8_t *p, int64_t n,
+                                                                 int64_t *bad)
+{
+    /* Blocks with a high byte are checked without a branch per 32 bytes (text that mixes
+     * scripts would mispredict it block by block); their continuation bytes are counted in
+     * byte lanes, summed once per 128 bytes. */
     __m256i prev = _mm256_setzero_si256();
     __m256i error = _mm256_setzero_si256();
     __m256i pending = _mm256_setzero_si256();
+    __m256i conts = _mm256_setzero_si256(); /* four 64-bit counts */
+    const __m256i zero = _mm256_setzero_si256();
     const __m256i cont_limit = _mm256_set1_epi8((char)0xC0); /* bytes < 0xC0 as signed: < -64 */
-    int64_t conts = 0, i = 0;
+    int64_t i = 0;
     uint8_t tail[32];
     /* 128 bytes per step: text is mostly ASCII, and four blocks without a high byte need
      * nothing but the check that no sequence was left pending before them. */
@@ -214,14 +215,20 @@ __attribute__((target("avx2,popcnt"))) static int64_t cp_utf8_count_avx2(const u
         __m256i d = _mm256_loadu_si256((const __m256i *)(p + i + 96));
         if (_mm256_movemask_epi8(_mm256_or_si256(_mm256_or_si256(a, b), _mm256_or_si256(c, d))) == 0) {
             error = _mm256_or_si256(error, pending);
-            pending = _mm256_setzero_si256();
+            pending = zero;
             prev = d;
             continue;
         }
-        CP_STEP(a);
-        CP_STEP(b);
-        CP_STEP(c);
-        CP_STEP(d);
+        error = _mm256_or_si256(error, cp_block_errors(a, prev));
+        error = _mm256_or_si256(error, cp_block_errors(b, a));
+        error = _mm256_or_si256(error, cp_block_errors(c, b));
+        error = _mm256_or_si256(error, cp_block_errors(d, c));
+        pending = cp_incomplete(d);
+        prev = d;
+        /* Each lane is 0 or -1 per block: the negated sum of four fits a byte. */
+        __m256i lanes = _mm256_add_epi8(_mm256_add_epi8(CP_CONTS(a), CP_CONTS(b)),
+                                        _mm256_add_epi8(CP_CONTS(c), CP_CONTS(d)));
+        conts = _mm256_add_epi64(conts, _mm256_sad_epu8(_mm256_sub_epi8(zero, lanes), zero));
     }
     for (; i < n; i += 32) {
         __m256i input;
@@ -233,14 +240,18 @@ __attribute__((target("avx2,popcnt"))) static int64_t cp_utf8_count_avx2(const u
             memcpy(tail, p + i, (size_t)(n - i));
             input = _mm256_loadu_si256((const __m256i *)tail);
         }
-        CP_STEP(input);
+        error = _mm256_or_si256(error, cp_block_errors(input, prev));
+        pending = cp_incomplete(input);
+        prev = input;
+        conts = _mm256_add_epi64(conts, _mm256_sad_epu8(_mm256_sub_epi8(zero, CP_CONTS(input)),
+                                                        zero));
     }
     error = _mm256_or_si256(error, pending);
     if (!_mm256_testz_si256(error, error))
         return cp_utf8_count_scalar(p, n, bad); /* finds the first bad byte */
-    return n - conts;
+    return n - cp_sum_epi64(conts);
 }
-#undef CP_STEP
+#undef CP_CONTS
 
 static int cp_avx2_state = -1; /* -1 unknown, 0 no, 1 yes */
 
@@ -248,7 +259,7 @@ static inline int cp_have_avx2(void)
 {
     if (cp_avx2_state < 0) {
         __builtin_cpu_init();
-        cp_avx2_state = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+        cp_avx2_state = __builtin_cpu_supports("avx2");
     }
     return cp_avx2_state;
 }

@@ -396,6 +396,17 @@ def test_utf8_lengths_every_byte_pair_at_block_boundaries(kernel, where):
     assert mismatches[:5] == []
 
 
+def test_utf8_lengths_of_long_mixed_text(kernel):
+    # Megabytes of every width, ASCII runs long and short between them: the vector path's
+    # counts add up over many blocks.
+    unit = "".join(["订单 😀 é" * 50, "a" * 300, "ß" * 7, "x" * 129])
+    strings = ["é", unit * 400, "a" * 5 + unit * 3, unit[:77] * 1000]
+    encoded = [s.encode() for s in strings]
+    offsets = np.cumsum([0] + [len(e) for e in encoded]).astype(np.int64)
+    got = kernel.utf8_lengths(b"".join(encoded), offsets).tolist()
+    assert got == [len(s) for s in strings]
+
+
 @pytest.mark.parametrize("length", [31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 128, 129, 200,
                                     255, 256, 257])
 @pytest.mark.parametrize("char", ["é", "订", "😀"])
