@@ -196,9 +196,14 @@ def _offsets(arr: Any) -> Any:
 
 
 def _field(struct: Any, name: str) -> Any:
+    """The child ``name`` of a struct array, null where the struct is (``None`` without it)."""
     import pyarrow.compute as pc
 
-    return pc.struct_field(struct, name) if struct.type.get_field_index(name) >= 0 else None
+    at = struct.type.get_field_index(name)
+    if at < 0:
+        return None
+    # Without null structs the child is as it is (no validity to combine, nothing copied).
+    return struct.field(at) if struct.null_count == 0 else pc.struct_field(struct, name)
 
 
 def _rows_of(per_message: Any, offs: Any) -> Any:
@@ -890,9 +895,9 @@ def _index_runs(indices: Any) -> tuple[Any, Any]:
     return indices[first], np.diff(np.concatenate([first, [len(indices)]]))
 
 
-def _gathered_offsets(offs: Any, starts: Any, lengths: Any, dtype: Any) -> Any:
-    """The offsets of the elements in the ranges, laid end to end from 0."""
-    sizes = (offs[1:] - offs[:-1])[_ranges(starts, lengths)]
+def _gathered_offsets(offs: Any, elements: Any, dtype: Any) -> Any:
+    """The offsets of ``elements`` laid end to end from 0."""
+    sizes = offs[elements + 1] - offs[elements]
     out = np.empty(len(sizes) + 1, dtype=dtype)
     out[0] = 0
     np.cumsum(sizes, out=out[1:])
@@ -913,31 +918,41 @@ def _copy(data: Any, byte_starts: Any, byte_stops: Any) -> Any:
 _BYTES_TYPES = ("is_string", "is_large_string", "is_binary", "is_large_binary")
 
 
-def _gather(arr: Any, starts: Any, lengths: Any) -> Any:
+def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
     """The elements of ``arr`` in the ranges ``[start, start + length)``, one after the other:
     a take by ranges, each range of each buffer copied in one piece (nested lists and structs
     by offset arithmetic down to their leaves). Types without a plain buffer layout (booleans,
-    dictionaries, views, unions) are taken element by element."""
+    dictionaries, views, unions) are taken element by element. ``indices``: the ranges'
+    elements, where the caller has them (a struct's children share them)."""
     pa = _pa()
     t = arr.type
     total = int(lengths.sum())
     if len(starts) == 1:
         return arr.slice(int(starts[0]), total)  # one range: no copy at all
+
+    def elements() -> Any:
+        nonlocal indices
+        if indices is None:
+            indices = _ranges(starts, lengths)
+        return indices
+
     if isinstance(t, pa.BaseExtensionType):
-        return pa.ExtensionArray.from_storage(t, _gather(arr.storage, starts, lengths))
+        return pa.ExtensionArray.from_storage(t, _gather(arr.storage, starts, lengths, indices))
     is_bytes = any(getattr(pa.types, name)(t) for name in _BYTES_TYPES)
     fixed = (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
              or pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t))
     if not (is_bytes or fixed or pa.types.is_struct(t) or _is_list(t)):
-        return _take(arr, pa.array(_ranges(starts, lengths), type=pa.int64()))
+        return _take(arr, pa.array(elements(), type=pa.int64()))
     validity, null_count = None, 0
     if arr.null_count:
-        valid = ~_nulls(arr)[_ranges(starts, lengths)]
+        valid = ~_nulls(arr)[elements()]
         null_count = total - int(np.count_nonzero(valid))
         validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
     at = starts + arr.offset
     if pa.types.is_struct(t):
-        children = [_gather(arr.field(i), starts, lengths) for i in range(t.num_fields)]
+        shared = elements() if t.num_fields > 1 else indices  # the children's, found once
+        children = [_gather(arr.field(i), starts, lengths, shared)
+                    for i in range(t.num_fields)]
         return pa.Array.from_buffers(t, total, [validity], null_count, children=children)
     if fixed:
         width = t.bit_width // 8
@@ -947,7 +962,7 @@ def _gather(arr: Any, starts: Any, lengths: Any) -> Any:
         t)
     dtype = np.int64 if wide else np.int32
     offs = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset: arr.offset + len(arr) + 1]
-    new_offsets = pa.py_buffer(_gathered_offsets(offs, starts, lengths, dtype))
+    new_offsets = pa.py_buffer(_gathered_offsets(offs, elements(), dtype))
     lo, hi = offs[starts].astype(np.int64), offs[starts + lengths].astype(np.int64)
     if is_bytes:
         data = arr.buffers()[2]
