@@ -281,8 +281,10 @@ def _json_lengths(arr: Any) -> Any | None:
         if len(set(names)) != len(names):  # a dict keeps one of each: the values say which
             return None
         out = np.full(n, 2 + max(len(names) - 1, 0), dtype=np.int64)
-        for i, name in enumerate(names):
-            child = _json_lengths(arr.field(i))
+        for name in names:
+            # A null struct's children are null (Arrow may leave them holding anything: a
+            # dictionary index into an empty dictionary, say).
+            child = _json_lengths(_field(arr, name))
             if child is None:
                 return None
             out += child + len(_COMPACT.encode(name)) + 1
@@ -496,13 +498,16 @@ class _Measured:
                 # read back from Arrow, null for a missing one): from the buffers where the
                 # type allows, else from the values.
                 inputs = _take(given, pa.array(at))
-                lengths = _json_lengths(inputs)
+                try:
+                    lengths = _json_lengths(inputs)
+                except pa.ArrowException:  # buffers Arrow cannot read as they are: the values
+                    lengths = None
                 if lengths is not None:
                     counted[at] += lengths
                 else:
                     try:
                         counted[at] += [len(_COMPACT.encode(v)) for v in inputs.to_pylist()]
-                    except (TypeError, ValueError, RecursionError):
+                    except (TypeError, ValueError, RecursionError, pa.ArrowException):
                         unreadable[at] = True
             flags[part_message(at)] |= FLAG_TOOL_CALLS
             calls.add(part_message(at), at, self._ids(parts, "id", at))
