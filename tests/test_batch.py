@@ -693,3 +693,49 @@ def test_json_lengths_of_the_integer_edges():
     # A struct with a key twice reads back as a dict with one of them: the values say.
     twice = pa.StructArray.from_arrays([pa.array([1]), pa.array([22])], names=["k", "k"])
     assert _json_lengths(twice) is None
+
+
+def test_a_dictionarys_null_values_are_nulls():
+    from contextpolicy._kernel_py import COMPACT_JSON
+    from contextpolicy.batch.table import _json_lengths
+
+    # Indices that are valid, pointing at a null in the dictionary: null once decoded.
+    codes = pa.DictionaryArray.from_arrays(pa.array([0, 1, None], type=pa.int8()),
+                                           pa.array(["a", None]))
+    for arr in (codes, pa.StructArray.from_arrays([codes], names=["k"]),
+                pa.ListArray.from_arrays(pa.array([0, 3], type=pa.int32()), codes)):
+        assert _json_lengths(arr).tolist() == [len(COMPACT_JSON.encode(v))
+                                               for v in arr.to_pylist()]
+    # A tool input holding one, and a text part whose text is one: as the object path says.
+    inputs = pa.StructArray.from_arrays([codes.slice(0, 2)], names=["q"])
+    text = pa.DictionaryArray.from_arrays(pa.array([0, 1], type=pa.int8()),
+                                          pa.array(["hi", None]))
+    parts = pa.StructArray.from_arrays(
+        [pa.array(["tool_use", "tool_use"]), pa.array(["t1", "t2"]), pa.array(["f", "f"]),
+         inputs], names=["type", "id", "name", "input"])
+    texts = pa.StructArray.from_arrays([pa.array(["text", "text"]), text],
+                                       names=["type", "text"])
+    for content in (parts, texts):
+        message = pa.StructArray.from_arrays(
+            [pa.array(["assistant"]), pa.ListArray.from_arrays(pa.array([0, 2], type=pa.int32()),
+                                                               content)],
+            names=["role", "content"])
+        table = pa.table({"messages": pa.ListArray.from_arrays(pa.array([0, 1], type=pa.int32()),
+                                                                message)})
+        try:
+            out = reduce_table(table, POLICY)
+        except ContextPlanError as exc:
+            with pytest.raises(ContextPlanError) as want:
+                expected(table.column("messages").to_pylist()[0], POLICY)
+            assert exc.codes == want.value.codes
+            continue
+        assert_rows_match(table, POLICY, out)
+
+
+def test_gathered_offsets_never_wrap():
+    from contextpolicy.batch.table import _gathered_offsets
+
+    offs = np.array([0, 2**30], dtype=np.int32)  # one element of 2**30 bytes, taken twice
+    assert _gathered_offsets(offs, np.array([0, 0]), np.int64).tolist() == [0, 2**30, 2**31]
+    with pytest.raises(ValueError, match="more than offsets of int32 can address"):
+        _gathered_offsets(offs, np.array([0, 0]), np.int32)

@@ -274,8 +274,9 @@ def _json_lengths(arr: Any) -> Any | None:
     elif pa.types.is_integer(t):
         out = _digits(arr)
     elif _text_type(t):
-        strings = _strings(arr)
-        out = 2 + _lengths(strings) + _escapes(strings)
+        # Decoded first: a dictionary's own values may be null where its indices are not.
+        arr = _strings(arr)
+        out = 2 + _lengths(arr) + _escapes(arr)
     elif pa.types.is_struct(t):
         names = [f.name for f in t]
         if len(set(names)) != len(names):  # a dict keeps one of each: the values say which
@@ -322,6 +323,7 @@ def _text_chars(parts: Any, is_text: Any, unreadable: Any) -> Any:
     if text is None or not _text_type(text.type):
         unreadable |= is_text
         return np.zeros(len(parts), dtype=np.int64)
+    text = _strings(text)  # a dictionary's null values are nulls too
     if text.null_count:
         unreadable |= is_text & _nulls(text)
     return np.where(is_text, _lengths(text), 0)
@@ -517,6 +519,7 @@ class _Measured:
             if thinking is None or not _text_type(thinking.type):
                 unreadable |= is_thinking  # the object path says what is wrong
             else:
+                thinking = _strings(thinking)  # a dictionary's null values are nulls too
                 counted[is_thinking] += _lengths(thinking)[is_thinking]
                 if thinking.null_count:
                     unreadable |= is_thinking & _nulls(thinking)
@@ -909,10 +912,13 @@ def _index_runs(indices: Any) -> tuple[Any, Any]:
 def _gathered_offsets(offs: Any, elements: Any, dtype: Any) -> Any:
     """The offsets of ``elements`` laid end to end from 0."""
     sizes = offs[elements + 1] - offs[elements]
-    out = np.empty(len(sizes) + 1, dtype=dtype)
+    out = np.empty(len(sizes) + 1, dtype=np.int64)
     out[0] = 0
     np.cumsum(sizes, out=out[1:])
-    return out
+    if dtype != np.int64 and out[-1] > np.iinfo(dtype).max:
+        raise ValueError(f"the gathered values hold {int(out[-1])} elements or bytes, more "
+                         f"than offsets of {np.dtype(dtype).name} can address")
+    return out.astype(dtype, copy=False)
 
 
 def _copy(data: Any, byte_starts: Any, byte_stops: Any) -> Any:
