@@ -6,7 +6,8 @@
  *
  * Two implementations give identical results:
  * - scalar: ASCII runs eight bytes at a time, a strict decoder for everything else;
- * - AVX2 (x86-64 with GCC or Clang, chosen at run time): 32 bytes per step. Validation follows
+ * - AVX2 (x86-64 with GCC or Clang, chosen at run time): 128 bytes per step while no byte is
+ *   high, 32-byte blocks checked without a branch otherwise. Validation follows
  *   Keiser & Lemire, "Validating UTF-8 in less than one instruction per byte" (2021): three
  *   nibble lookups classify every pair of adjacent bytes, and a saturating subtraction marks
  *   the bytes that must be the 2nd or 3rd continuation of a 3- or 4-byte sequence. Code points
