@@ -1618,7 +1618,9 @@ def text_pieces(messages, fragment_id=None):
 
 def group_offsets(flags_in, chars_in, int grouping=GROUP_USER_TURN):
     """Group messages; return (offsets, chars per group), ``len(offsets) == groups + 1``."""
-    cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
+    # Flags are read twice (count, then fill without the GIL): a copy no other thread changes.
+    cdef const uint8_t[::1] flags = np.array(np.ascontiguousarray(flags_in, dtype=np.uint8),
+                                             copy=True)
     cdef const int64_t[::1] chars = np.ascontiguousarray(chars_in, dtype=np.int64)
     cdef Py_ssize_t i, g = 0, n = flags.shape[0], ngroups = 0
     cdef uint8_t mask
@@ -1839,13 +1841,18 @@ def _first(item):
 # Columnar path (Arrow layout)
 
 
-cdef object _as_offsets(object offsets, Py_ssize_t limit, str what):
+cdef object _as_offsets(object offsets, Py_ssize_t limit, str what, bint private=False):
+    # ``private``: a copy of its own, for a caller that reads the offsets again without the GIL
+    # (and so must not see them change after they were checked).
     offsets = np.asarray(offsets)
     if offsets.ndim != 1 or len(offsets) == 0:
         raise ValueError(f"{what}: expected a 1-d offsets array with at least one entry")
     if offsets.dtype != np.int32 and offsets.dtype != np.int64:
         raise TypeError(f"{what}: expected int32 or int64 offsets, got {offsets.dtype}")
-    offsets = np.ascontiguousarray(offsets, dtype=np.int64)
+    if private:
+        offsets = np.array(offsets, dtype=np.int64, order="C", copy=True)
+    else:
+        offsets = np.ascontiguousarray(offsets, dtype=np.int64)
     cdef const int64_t[::1] o = offsets
     cdef Py_ssize_t i, n = o.shape[0]
     cdef bint ok = o[0] >= 0 and o[n - 1] <= limit
@@ -1869,18 +1876,27 @@ def utf8_lengths(data, offsets):
     cdef int64_t bad = 0, count
     cdef Py_ssize_t bad_row = -1
     cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef int64_t a, b, limit = buf.shape[0], at = 0
+    cdef bint moved = False
     with nogil:
         for r in range(n):
-            if off[r + 1] == off[r]:
+            # Each offset read once and checked again: the array may change while this runs.
+            a, b = off[r], off[r + 1]
+            if a < 0 or a > b or b > limit:
+                moved = True
+                break
+            if a == b:
                 out[r] = 0
                 continue
-            count = cp_utf8_count(base + off[r], off[r + 1] - off[r], &bad)
+            count = cp_utf8_count(base + a, b - a, &bad)
             if count < 0:
-                bad_row = r
+                bad_row, at = r, a
                 break
             out[r] = count
+    if moved:
+        raise ValueError(f"utf8_lengths: offsets must be non-decreasing and within 0..{limit}")
     if bad_row >= 0:
-        raise ValueError(f"invalid UTF-8 in string {bad_row} at byte {off[bad_row] + bad}")
+        raise ValueError(f"invalid UTF-8 in string {bad_row} at byte {at + bad}")
     return out_a
 
 
@@ -1928,6 +1944,385 @@ def gather_bytes(src, starts, stops, out):
         cp_gather(&dst[0], &buf[0], &a[0], &b[0], n)
 
 
+cdef object _offsets_array(object offsets, Py_ssize_t entries, str what, str name):
+    # A 1-d int32 or int64 array as it is: its values are read once each, and checked as read.
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1:
+        raise ValueError(f"{what}: expected a 1-d array of {name}")
+    if offsets.dtype != np.int32 and offsets.dtype != np.int64:
+        raise TypeError(f"{what}: expected int32 or int64 {name}, got {offsets.dtype}")
+    if offsets.shape[0] < 1 or (entries >= 0 and offsets.shape[0] != entries):
+        want = "at least 1" if entries < 0 else str(entries)
+        raise ValueError(f"{what}: expected {want} {name}, got {offsets.shape[0]}")
+    return np.ascontiguousarray(offsets)
+
+
+cdef struct _Offs:
+    const int32_t* narrow
+    const int64_t* wide
+
+
+cdef int _bind_offsets(_Offs* o, object arr) except -1:
+    cdef const int32_t[::1] n32
+    cdef const int64_t[::1] n64
+    if arr.dtype == np.int64:
+        n64 = arr
+        o.wide, o.narrow = &n64[0], NULL
+    else:
+        n32 = arr
+        o.narrow, o.wide = &n32[0], NULL
+    return 0
+
+
+cdef inline int64_t _off(const _Offs* o, Py_ssize_t i) noexcept nogil:
+    return o.wide[i] if o.wide != NULL else <int64_t>o.narrow[i]
+
+
+cdef object _ranges_checked(object starts, object lengths, Py_ssize_t limit, str what):
+    # (starts, lengths) as private int64 copies, each range within 0..limit.
+    s_a = _as_positions(starts, what, "starts")
+    l_a = _as_positions(lengths, what, "lengths")
+    if s_a.shape[0] != l_a.shape[0]:
+        raise ValueError(f"{what}: {s_a.shape[0]} starts but {l_a.shape[0]} lengths")
+    cdef const int64_t[::1] s = s_a
+    cdef const int64_t[::1] l = l_a
+    cdef Py_ssize_t j
+    cdef int64_t total = 0
+    for j in range(s.shape[0]):
+        if s[j] < 0 or l[j] < 0 or s[j] > limit - l[j]:
+            raise ValueError(f"{what}: range {j} is {s[j]}+{l[j]}, expected within 0..{limit}")
+        if l[j] > INT64_MAX - total:
+            raise ValueError(f"{what}: the ranges hold more than 2**63 elements")
+        total += l[j]
+    return s_a, l_a, total
+
+
+def gather_offsets(offsets, starts, lengths):
+    """The offsets of the elements in the ranges ``[starts[j], starts[j] + lengths[j])`` of a
+    list or string array (``offsets``: int32 or int64), laid end to end from 0 in the same
+    dtype; and what each range spans of the child or data: ``(offsets, lo, hi)``."""
+    o_a = _offsets_array(offsets, -1, "gather_offsets", "offsets")
+    s_a, l_a, total = _ranges_checked(starts, lengths, o_a.shape[0] - 1, "gather_offsets")
+    cdef const int64_t[::1] s = s_a
+    cdef const int64_t[::1] l = l_a
+    cdef _Offs o
+    _bind_offsets(&o, o_a)
+    cdef bint wide = o.wide != NULL
+    cdef int64_t limit = INT64_MAX if wide else 2147483647
+    cdef Py_ssize_t j, i, n = s.shape[0], at = 0, bad = -1
+    cdef int64_t first, prev, cur, base = 0
+    cdef int fault = 0
+    out_a = np.empty(<Py_ssize_t>total + 1, dtype=o_a.dtype)
+    lo_a = np.empty(n, dtype=np.int64)
+    hi_a = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] lo = lo_a
+    cdef int64_t[::1] hi = hi_a
+    cdef int64_t[::1] out64
+    cdef int32_t[::1] out32
+    cdef int64_t* w64 = NULL
+    cdef int32_t* w32 = NULL
+    if wide:
+        out64 = out_a
+        w64 = &out64[0]
+        w64[0] = 0
+    else:
+        out32 = out_a
+        w32 = &out32[0]
+        w32[0] = 0
+    with nogil:
+        for j in range(n):
+            first = _off(&o, s[j])
+            prev = first
+            if first < 0:
+                bad = j
+                fault = 1
+                break
+            for i in range(1, l[j] + 1):
+                cur = _off(&o, s[j] + i)  # each offset read once: it may change meanwhile
+                if cur < prev:
+                    fault = 1
+                    break
+                if cur - first > limit - base:
+                    fault = 2
+                    break
+                at += 1
+                if wide:
+                    w64[at] = base + cur - first
+                else:
+                    w32[at] = <int32_t>(base + cur - first)
+                prev = cur
+            if fault:
+                bad = j
+                break
+            lo[j] = first
+            hi[j] = prev
+            base += prev - first
+    if fault == 1:
+        raise ValueError(f"gather_offsets: the offsets of range {bad} are negative or decrease")
+    if fault == 2:
+        raise ValueError(f"gather_offsets: the gathered values need more than offsets of "
+                         f"{o_a.dtype} can address")
+    return out_a, lo_a, hi_a
+
+
+def gather_bits(bitmap, Py_ssize_t bit_offset, starts, lengths):
+    """The bits of elements in the ranges ``[starts[j], starts[j] + lengths[j])`` of a bitmap
+    (least significant bit first, element 0 at bit ``bit_offset``), packed from bit 0: ``(bytes
+    as a uint8 array, how many bits are set)``."""
+    cdef const uint8_t[::1] buf = np.frombuffer(bitmap, dtype=np.uint8)
+    if bit_offset < 0:
+        raise ValueError(f"gather_bits: bit_offset must be >= 0, got {bit_offset}")
+    cdef Py_ssize_t limit = buf.shape[0] * 8 - bit_offset
+    s_a, l_a, total = _ranges_checked(starts, lengths, max(limit, 0), "gather_bits")
+    cdef const int64_t[::1] s = s_a
+    cdef const int64_t[::1] l = l_a
+    out_a = np.zeros((<Py_ssize_t>total + 7) // 8, dtype=np.uint8)
+    if total == 0:
+        return out_a, 0
+    cdef uint8_t[::1] out = out_a
+    cdef const uint8_t* src = &buf[0]
+    cdef uint8_t* dst = &out[0]
+    cdef Py_ssize_t j, n = s.shape[0]
+    cdef int64_t i, p, q = 0, count = 0
+    cdef uint8_t bit
+    with nogil:
+        for j in range(n):
+            p = bit_offset + s[j]
+            for i in range(l[j]):
+                bit = (src[(p + i) >> 3] >> ((p + i) & 7)) & 1
+                dst[q >> 3] |= <uint8_t>(bit << (q & 7))
+                count += bit
+                q += 1
+    return out_a, count
+
+
+def string_codes(data, offsets, names, nulls=None):
+    """Per string of an Arrow string array, the index in ``names`` (a tuple of bytes) of the
+    one it equals, else -1 (and -1 where ``nulls`` is set)."""
+    cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
+    o_a = _offsets_array(offsets, -1, "string_codes", "offsets")
+    cdef Py_ssize_t r, n = o_a.shape[0] - 1, k, nn
+    if type(names) is not tuple or not 0 < len(names) <= 127 or any(
+            type(x) is not bytes for x in names):
+        raise TypeError("string_codes: names must be a tuple of 1 to 127 bytes")
+    nn = len(names)
+    cdef const uint8_t[::1] nul
+    cdef bint has_nulls = nulls is not None
+    if has_nulls:
+        nulls_a = _flags_array(nulls, n, "string_codes", "nulls")
+        nul = nulls_a
+    cdef _Offs o
+    _bind_offsets(&o, o_a)
+    cdef const char* want[127]
+    cdef Py_ssize_t size[127]
+    for k in range(nn):
+        want[k] = PyBytes_AS_STRING(names[k])
+        size[k] = PyBytes_GET_SIZE(names[k])
+    out_a = np.full(n, -1, dtype=np.int8)
+    cdef int8_t[::1] out = out_a
+    cdef int64_t a, b, limit = buf.shape[0]
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] else NULL
+    cdef bint moved = False
+    with nogil:
+        for r in range(n):
+            a = _off(&o, r)
+            b = _off(&o, r + 1)
+            if a < 0 or a > b or b > limit:
+                moved = True
+                break
+            if has_nulls and nul[r]:
+                continue
+            for k in range(nn):
+                if b - a == size[k] and (size[k] == 0 or memcmp(base + a, want[k], size[k]) == 0):
+                    out[r] = <int8_t>k
+                    break
+    if moved:
+        raise ValueError(f"string_codes: offsets must be non-decreasing and within 0..{limit}")
+    return out_a
+
+
+cdef object _flags_array(object values, Py_ssize_t n, str what, str name):
+    # A private uint8 copy of a 1-d bool array of n entries.
+    values = np.asarray(values)
+    if values.ndim != 1 or values.dtype != np.bool_:
+        raise TypeError(f"{what}: expected a 1-d bool array of {name}")
+    if values.shape[0] != n:
+        raise ValueError(f"{what}: expected {n} {name}, got {values.shape[0]}")
+    return np.array(values, dtype=np.uint8, copy=True)
+
+
+cdef struct _Field:
+    const uint8_t* data
+    int64_t size
+    _Offs offs
+    const uint8_t* nulls
+    bint given
+
+
+# part_chars: the fields it reads, in order. A part whose field is missing or null is one only
+# the object path can measure for text and thinking, and counts 0 for a result's content and a
+# tool_use's name.
+PART_FIELDS = ("text", "content", "name", "thinking")
+
+
+cdef inline bint _field_needed(int x) noexcept nogil:
+    return x == 0 or x == 3
+
+
+def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unreadable=None):
+    """Per message, the chars of its content parts, the flags its parts set and whether one of
+    them only the object path can measure: ``(chars, flags, bad)``.
+
+    ``part_offsets``: the messages' content lists (``m + 1`` offsets into the ``k`` parts).
+    ``kinds``: each part's kind (int8): below ``ntext`` a text part, ``ntext`` a tool_result,
+    ``ntext + 1`` a tool_use, ``ntext + 2`` a thinking block, anything else opaque. ``fields``:
+    for each name of ``PART_FIELDS``, ``None`` (missing, or not text) or ``(data, offsets,
+    nulls)`` of a string child (``nulls``: a bool array, or ``None``). ``extra``: chars added
+    per part, measured elsewhere (int64), and ``unreadable``: parts only the object path can
+    measure (bool); either may be ``None``."""
+    if not 0 <= ntext <= 125:  # kinds are int8: up to ntext + 2
+        raise ValueError(f"part_chars: ntext must lie in 0..125, got {ntext}")
+    o_a = _offsets_array(part_offsets, -1, "part_chars", "part offsets")
+    cdef Py_ssize_t m = o_a.shape[0] - 1
+    kinds_a = np.asarray(kinds)
+    if kinds_a.ndim != 1 or kinds_a.dtype != np.int8:
+        raise TypeError("part_chars: expected a 1-d int8 array of kinds")
+    kinds_a = np.array(kinds_a, copy=True)
+    cdef Py_ssize_t k = kinds_a.shape[0]
+    if type(fields) is not tuple or len(fields) != 4:
+        raise TypeError(f"part_chars: fields must be a tuple of 4 (one per {PART_FIELDS})")
+    cdef _Field f[4]
+    keep = [o_a, kinds_a]
+    cdef const uint8_t[::1] fbuf
+    cdef const uint8_t[::1] fnul
+    cdef int x
+    for x in range(4):
+        f[x].given = False
+        spec = fields[x]
+        if spec is None:
+            continue
+        if type(spec) is not tuple or len(spec) != 3:
+            raise TypeError(f"part_chars: {PART_FIELDS[x]}: expected (data, offsets, nulls) "
+                            f"or None")
+        fdata = np.frombuffer(spec[0], dtype=np.uint8)
+        foffs = _offsets_array(spec[1], k + 1, "part_chars", f"{PART_FIELDS[x]} offsets")
+        keep += [fdata, foffs]
+        f[x].given = True
+        f[x].size = fdata.shape[0]
+        fbuf = fdata
+        f[x].data = &fbuf[0] if fdata.shape[0] else NULL
+        _bind_offsets(&f[x].offs, foffs)
+        f[x].nulls = NULL
+        if spec[2] is not None:
+            fn = _flags_array(spec[2], k, "part_chars", f"{PART_FIELDS[x]} nulls")
+            keep.append(fn)
+            fnul = fn
+            f[x].nulls = &fnul[0] if k else NULL
+    cdef const int64_t* add = NULL
+    cdef const int64_t[::1] add_v
+    if extra is not None:
+        extra_a = np.asarray(extra)
+        if extra_a.ndim != 1 or extra_a.dtype != np.int64 or extra_a.shape[0] != k:
+            raise TypeError(f"part_chars: extra must be a 1-d int64 array of {k}")
+        extra_a = np.array(extra_a, copy=True)
+        keep.append(extra_a)
+        add_v = extra_a
+        add = &add_v[0] if k else NULL
+    cdef const uint8_t* unread = NULL
+    cdef const uint8_t[::1] unread_v
+    if unreadable is not None:
+        unread_a = _flags_array(unreadable, k, "part_chars", "unreadable")
+        keep.append(unread_a)
+        unread_v = unread_a
+        unread = &unread_v[0] if k else NULL
+    cdef const int8_t[::1] kind_v = kinds_a
+    cdef const int8_t* kind = &kind_v[0] if k else NULL
+    cdef _Offs mo
+    _bind_offsets(&mo, o_a)
+    chars_a = np.zeros(m, dtype=np.int64)
+    flags_a = np.zeros(m, dtype=np.uint8)
+    bad_a = np.zeros(m, dtype=np.bool_)
+    cdef int64_t[::1] chars = chars_a
+    cdef uint8_t[::1] flags = flags_a
+    cdef uint8_t[::1] bad = bad_a.view(np.uint8)
+    cdef Py_ssize_t r, p, err_part = -1
+    cdef int64_t a, b, lo, hi, count, total, ubad = 0
+    cdef int fault = 0, which = -1
+    cdef int8_t kd
+    cdef uint8_t fl
+    cdef bint unreadable_part
+    with nogil:
+        for r in range(m):
+            a = _off(&mo, r)
+            b = _off(&mo, r + 1)
+            if a < 0 or a > b or b > k:
+                fault = 1
+                break
+            total = 0
+            fl = 0
+            unreadable_part = False
+            for p in range(a, b):
+                if unread != NULL and unread[p]:
+                    unreadable_part = True
+                if add != NULL:
+                    if add[p] < 0 or add[p] > INT64_MAX - total:
+                        fault = 4
+                        break
+                    total += add[p]
+                kd = kind[p]
+                if kd < 0 or kd > ntext + 2:
+                    continue
+                if kd < ntext:
+                    x = 0
+                elif kd == ntext:
+                    x = 1
+                    fl |= F_RESULT
+                elif kd == ntext + 1:
+                    x = 2
+                    fl |= F_CALLS
+                else:
+                    x = 3
+                if not f[x].given or (f[x].nulls != NULL and f[x].nulls[p]):
+                    if _field_needed(x):
+                        unreadable_part = True
+                    continue
+                lo = _off(&f[x].offs, p)  # each offset read once: it may change meanwhile
+                hi = _off(&f[x].offs, p + 1)
+                if lo < 0 or lo > hi or hi > f[x].size:
+                    fault = 2
+                    which = x
+                    break
+                if lo == hi:
+                    continue
+                count = cp_utf8_count(f[x].data + lo, hi - lo, &ubad)
+                if count < 0:
+                    fault = 3
+                    which = x
+                    err_part = p
+                    ubad = lo + ubad
+                    break
+                if count > INT64_MAX - total:
+                    fault = 4
+                    break
+                total += count
+            if fault:
+                break
+            chars[r] = total
+            flags[r] = fl
+            bad[r] = unreadable_part
+    if fault == 1:
+        raise ValueError(f"part_chars: part offsets must be non-decreasing and within 0..{k}")
+    if fault == 2:
+        raise ValueError(f"part_chars: {PART_FIELDS[which]} offsets must be non-decreasing and "
+                         f"within 0..{f[which].size}")
+    if fault == 3:
+        raise ValueError(f"invalid UTF-8 in {PART_FIELDS[which]} of part {err_part} at byte "
+                         f"{ubad}")
+    if fault == 4:
+        raise ValueError("part_chars: extra must be >= 0, and a message's chars below 2**63")
+    return chars_a, flags_a, bad_a
+
+
 def role_codes_utf8(data, offsets):
     """Role code of each string of an Arrow string array, without creating Python strings."""
     cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
@@ -1938,9 +2333,18 @@ def role_codes_utf8(data, offsets):
     cdef int8_t[::1] out = out_a
     if buf.shape[0] == 0:
         return out_a
+    cdef int64_t a, b, limit = buf.shape[0]
+    cdef bint moved = False
     with nogil:
         for r in range(n):
-            out[r] = cp_role_code(<const char*>&buf[0] + off[r], off[r + 1] - off[r])
+            a, b = off[r], off[r + 1]  # read once: the array may change while this runs
+            if a < 0 or a > b or b > limit:
+                moved = True
+                break
+            out[r] = cp_role_code(<const char*>&buf[0] + a, b - a)
+    if moved:
+        raise ValueError(f"role_codes_utf8: offsets must be non-decreasing and within "
+                         f"0..{limit}")
     return out_a
 
 
@@ -1964,7 +2368,7 @@ def trim_cut_many(list_offsets, flags_in, chars_in, int64_t keep_groups, int64_t
     """Group and cut many conversations at once (see the twin)."""
     cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
     cdef const int64_t[::1] chars = np.ascontiguousarray(chars_in, dtype=np.int64)
-    off_a = _as_offsets(list_offsets, flags.shape[0], "trim_cut_many")
+    off_a = _as_offsets(list_offsets, flags.shape[0], "trim_cut_many", True)
     cdef const int64_t[::1] off = off_a
     if chars.shape[0] != flags.shape[0]:
         raise ValueError(f"flags and chars differ in length ({flags.shape[0]} != {chars.shape[0]})")
@@ -2202,20 +2606,24 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     cdef const int8_t[::1] roles = np.ascontiguousarray(roles_in, dtype=np.int8)
     cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
     cdef const int64_t[::1] chars = np.ascontiguousarray(chars_in, dtype=np.int64)
-    cdef const int64_t[::1] call_codes = np.ascontiguousarray(call_codes_in, dtype=np.int64)
-    cdef const int64_t[::1] result_codes = np.ascontiguousarray(result_codes_in, dtype=np.int64)
+    # Codes index the pairing state and offsets bound every loop: private copies, checked
+    # once, that no other thread can change while the rows run without the GIL.
+    cdef const int64_t[::1] call_codes = np.array(
+        np.ascontiguousarray(call_codes_in, dtype=np.int64), copy=True)
+    cdef const int64_t[::1] result_codes = np.array(
+        np.ascontiguousarray(result_codes_in, dtype=np.int64), copy=True)
     cdef Py_ssize_t m = flags.shape[0]
-    off_a = _as_offsets(list_offsets, m, "reduce_rows")
+    off_a = _as_offsets(list_offsets, m, "reduce_rows", True)
     cdef const int64_t[::1] off = off_a
     if roles.shape[0] != m or chars.shape[0] != m:
         raise ValueError("roles, flags and chars differ in length")
     if len(call_offsets) != m + 1:
         raise ValueError(f"call_offsets: expected {m + 1} entries, got {len(call_offsets)}")
-    coff_a = _as_offsets(call_offsets, call_codes.shape[0], "reduce_rows")
+    coff_a = _as_offsets(call_offsets, call_codes.shape[0], "reduce_rows", True)
     cdef const int64_t[::1] coff = coff_a
     if len(result_offsets) != m + 1:
         raise ValueError(f"result_offsets: expected {m + 1} entries, got {len(result_offsets)}")
-    roff_a = _as_offsets(result_offsets, result_codes.shape[0], "reduce_rows")
+    roff_a = _as_offsets(result_offsets, result_codes.shape[0], "reduce_rows", True)
     cdef const int64_t[::1] roff = roff_a
     cdef Py_ssize_t i, r, n = off.shape[0] - 1, longest = 0
     cdef int64_t used = 0  # the state covers the codes in use, whatever ncodes claims

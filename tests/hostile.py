@@ -571,6 +571,93 @@ def _flipped_by_a_thread(kernel: Any) -> Any:
     return sorted(seen - {"hewor", "gather_bytes: range 1 is 1000000000000..9"})
 
 
+def _flipping(call: Callable[[Any, Any], Any], values: Any, at: int, good: int, bad: int,
+              allowed: set[str]) -> Callable[[Any], Any]:
+    # Another thread flips ``values[at]`` between good and bad while ``call(kernel, values)``
+    # reads it (offsets, starts, ...): each call gives what it read as one whole, or names
+    # what is wrong; the outcomes other than ``allowed`` are returned (none, as expected).
+    def run(kernel: Any) -> Any:
+        import threading
+
+        arr = np.array(values)
+        stop = threading.Event()
+
+        def flip() -> None:
+            while not stop.is_set():
+                arr[at] = good if arr[at] != good else bad
+
+        thread = threading.Thread(target=flip)
+        thread.start()
+        seen = set()
+        try:
+            for _ in range(2000):
+                try:
+                    seen.add(repr(call(kernel, arr)))
+                except ValueError as exc:
+                    seen.add(str(exc))
+        finally:
+            stop.set()
+            thread.join()
+        return sorted(seen - allowed)
+    return run
+
+
+def _flag(name: str) -> int:
+    from contextpolicy import _tables
+
+    return int(getattr(_tables, name))
+
+
+def _rows_cut(kernel: Any, offsets: Any) -> Any:
+    # Two rows of two user turns each, trimmed to one turn: the cut of each row.
+    opens = _flag("FLAG_OPENS_TURN")
+    roles = np.full(4, _user_code(), dtype=np.int8)
+    flags = np.full(4, opens, dtype=np.uint8)
+    none = np.zeros(5, dtype=np.int64)
+    return kernel.reduce_rows(offsets, roles, flags, np.ones(4, dtype=np.int64), none,
+                              np.zeros(0, dtype=np.int64), none, np.zeros(0, dtype=np.int64), 0,
+                              ((_flag("GROUP_USER_TURN"), 1, 1),), 0, 0)[1].tolist()
+
+
+def _user_code() -> int:
+    from contextpolicy._tables import ROLE_CODES
+
+    return ROLE_CODES["user"]
+
+
+_WORDS = "héllo wörld"  # 11 code points, 13 bytes: offsets 0, 6, 13
+
+
+def _tuples(result: Any) -> Any:
+    return tuple(a.tolist() if isinstance(a, np.ndarray) else a for a in result)
+
+
+def _part_chars_text(kernel: Any, text_offsets: Any) -> Any:
+    # Two text parts in one message, their text read through offsets that may move.
+    data = _WORDS.encode()
+    return _tuples(kernel.part_chars(np.array([0, 2]), np.array([0, 0], dtype=np.int8), 4,
+                                     ((data, text_offsets, None), None, None, None)))
+
+
+def _part_chars(kinds: Any, fields: Any, offsets: Any = (0, 2), extra: Any = None,
+                unreadable: Any = None, ntext: Any = 4) -> Callable[[Any], Any]:
+    def run(kernel: Any) -> Any:
+        try:
+            return _caught(lambda: _tuples(kernel.part_chars(
+                np.array(offsets), kinds, ntext, fields, extra, unreadable)))
+        except OverflowError as exc:  # a C integer argument out of range
+            return ["OverflowError", str(exc)]
+    return run
+
+
+def _kernel_call(name: str, *args: Any) -> Callable[[Any], Any]:
+    def run(kernel: Any) -> Any:
+        def call() -> Any:
+            out = getattr(kernel, name)(*args)
+            return _tuples(out) if isinstance(out, tuple) else out.tolist()
+        return _caught(call)
+    return run
+
 CASES: dict[str, Callable[[Any], Any]] = {
     "key-released-mid-scan-str-subclass": _key_released_mid_scan(True),
     "key-released-mid-scan-object": _key_released_mid_scan(False),
@@ -606,6 +693,72 @@ CASES: dict[str, Callable[[Any], Any]] = {
     "gather-bytes-starts-flipped-by-a-thread": _flipped_by_a_thread,
     "gather-bytes-out-of-a-slice": _gathered(b"hello world", [6, 0], [11, 5],
                                              out=memoryview(bytearray(12))[1:11]),
+    "gather-offsets-past-the-end": _kernel_call(
+        "gather_offsets", np.array([0, 2, 5], dtype=np.int32), [1], [2]),
+    "gather-offsets-negative-length": _kernel_call(
+        "gather_offsets", np.array([0, 2, 5]), [1], [-1]),
+    "gather-offsets-that-decrease": _kernel_call(
+        "gather_offsets", np.array([0, 4, 2, 6]), [0], [3]),
+    "gather-offsets-past-int32": _kernel_call(
+        "gather_offsets", np.array([0, 2**30], dtype=np.int32), [0, 0], [1, 1]),
+    "gather-offsets-float": _kernel_call("gather_offsets", np.array([0.0, 1.0]), [0], [1]),
+    "gather-offsets-2d": _kernel_call("gather_offsets", np.zeros((2, 2), dtype=np.int64),
+                                      [0], [1]),
+    "gather-offsets-flipped-by-a-thread": _flipping(
+        lambda k, offs: _tuples(k.gather_offsets(offs, [0], [3])), [0, 2, 4, 9], 2, 4, -5,
+        {repr(([0, 2, 4, 9], [0], [9])),
+         "gather_offsets: the offsets of range 0 are negative or decrease"}),
+    "gather-bits-past-the-bitmap": _kernel_call("gather_bits", b"\xff", 3, [2], [4]),
+    "gather-bits-negative-offset": _kernel_call("gather_bits", b"\xff", -1, [0], [1]),
+    "gather-bits-across-bytes": _kernel_call("gather_bits", b"\x0f\xf0", 2, [1, 5], [4, 3]),
+    "utf8-lengths-offsets-flipped-by-a-thread": _flipping(
+        lambda k, offs: k.utf8_lengths(_WORDS.encode(), offs).tolist(), [0, 6, 13], 1, 6,
+        10**12, {repr([5, 6]), "utf8_lengths: offsets must be non-decreasing and within 0..13"}),
+    "role-codes-offsets-flipped-by-a-thread": _flipping(
+        lambda k, offs: k.role_codes_utf8(b"useruser", offs).tolist(), [0, 4, 8], 1, 4,
+        10**12, {repr([_user_code()] * 2),
+                 "role_codes_utf8: offsets must be non-decreasing and within 0..8"}),
+    "string-codes-offsets-flipped-by-a-thread": _flipping(
+        lambda k, offs: k.string_codes(b"texttool_use", offs, (b"text", b"tool_use")).tolist(),
+        [0, 4, 12], 1, 4, 10**12,
+        {repr([0, 1]), "string_codes: offsets must be non-decreasing and within 0..12"}),
+    "string-codes-names-not-bytes": _kernel_call(
+        "string_codes", b"text", np.array([0, 4]), ("text",)),
+    "string-codes-no-names": _kernel_call("string_codes", b"text", np.array([0, 4]), ()),
+    "part-chars-text-offsets-flipped-by-a-thread": _flipping(
+        _part_chars_text, [0, 6, 13], 1, 6, 10**12,
+        {repr(([11], [0], [False])),
+         "part_chars: text offsets must be non-decreasing and within 0..13"}),
+    "part-chars-message-offsets-past-the-parts": _part_chars(
+        np.array([0, 0], dtype=np.int8), (None,) * 4, offsets=(0, 3)),
+    "part-chars-text-offsets-past-the-data": _part_chars(
+        np.array([0, 0], dtype=np.int8), ((b"abc", np.array([0, 2, 9]), None), None, None,
+                                          None)),
+    "part-chars-short-text-offsets": _part_chars(
+        np.array([0, 0], dtype=np.int8), ((b"abc", np.array([0, 2]), None), None, None, None)),
+    "part-chars-invalid-utf-8": _part_chars(
+        np.array([0, 0], dtype=np.int8), ((b"ab\xff", np.array([0, 1, 3]), None), None, None,
+                                          None)),
+    "part-chars-int64-kinds": _part_chars(np.array([0, 0]), (None,) * 4),
+    "part-chars-kinds-out-of-range": _part_chars(
+        np.array([-128, 127], dtype=np.int8), ((b"ab", np.array([0, 1, 2]), None),) * 4),
+    "part-chars-nulls-of-a-wrong-length": _part_chars(
+        np.array([0, 0], dtype=np.int8), ((b"ab", np.array([0, 1, 2]), np.array([True])),
+                                          None, None, None)),
+    "part-chars-negative-extra": _part_chars(
+        np.array([0, 0], dtype=np.int8), (None,) * 4, extra=np.array([1, -2])),
+    "part-chars-extra-past-64-bits": _part_chars(
+        np.array([-1, -1], dtype=np.int8), (None,) * 4, extra=np.array([2**62, 2**62])),
+    "part-chars-fields-not-a-tuple": _part_chars(np.array([0, 0], dtype=np.int8), [None] * 4),
+    "part-chars-huge-ntext": _part_chars(np.array([0, 0], dtype=np.int8), (None,) * 4,
+                                         ntext=2**63),
+    "reduce-rows-offsets-flipped-by-a-thread": _flipping(
+        _rows_cut, [0, 2, 4], 1, 2, 10**12,
+        {repr([0, 2]), "reduce_rows: offsets must be non-decreasing and within 0..4"}),
+    "group-offsets-flags-flipped-by-a-thread": _flipping(
+        lambda k, flags: _tuples(k.group_offsets(flags, np.ones(4, dtype=np.int64))),
+        np.array([1, 0, 0, 0], dtype=np.uint8) * _flag("FLAG_OPENS_TURN"), 2, 0,
+        _flag("FLAG_OPENS_TURN"), {repr(([0, 4], [4])), repr(([0, 2, 4], [2, 2]))}),
     "json-nesting-around-the-native-limit": lambda kernel: [
         _json_pieces(deep_list(levels))(kernel)[1][1] == ascii(compact_json(deep_list(levels)))
         for levels in range(60, 70)],

@@ -732,10 +732,3 @@ def test_a_dictionarys_null_values_are_nulls():
         assert_rows_match(table, POLICY, out)
 
 
-def test_gathered_offsets_never_wrap():
-    from contextpolicy.batch.table import _gathered_offsets
-
-    offs = np.array([0, 2**30], dtype=np.int32)  # one element of 2**30 bytes, taken twice
-    assert _gathered_offsets(offs, np.array([0, 0]), np.int64).tolist() == [0, 2**30, 2**31]
-    with pytest.raises(ValueError, match="more than offsets of int32 can address"):
-        _gathered_offsets(offs, np.array([0, 0]), np.int32)

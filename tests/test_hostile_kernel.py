@@ -142,6 +142,60 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "gather-bytes-starts-shift-when-read": ("value", ["value", "hewor"]),
     "gather-bytes-starts-flipped-by-a-thread": ("value", []),
     "gather-bytes-out-of-a-slice": ("value", ["value", "worldhello"]),
+    # The columnar kernel's range checks: ranges within their array, offsets that never
+    # decrease nor outgrow their dtype, and arrays read once each (a thread changing them
+    # meanwhile gets what was read as one whole, or an error naming what is wrong).
+    "gather-offsets-past-the-end": ("value", ["ValueError", "gather_offsets: range 0 is 1+2, "
+                                              "expected within 0..2"]),
+    "gather-offsets-negative-length": ("value", ["ValueError", "gather_offsets: range 0 is "
+                                                 "1+-1, expected within 0..2"]),
+    "gather-offsets-that-decrease": ("value", ["ValueError", "gather_offsets: the offsets of "
+                                               "range 0 are negative or decrease"]),
+    "gather-offsets-past-int32": ("value", ["ValueError", "gather_offsets: the gathered values "
+                                            "need more than offsets of int32 can address"]),
+    "gather-offsets-float": ("value", ["TypeError", "gather_offsets: expected int32 or int64 "
+                                       "offsets, got float64"]),
+    "gather-offsets-2d": ("value", ["ValueError",
+                                    "gather_offsets: expected a 1-d array of offsets"]),
+    "gather-offsets-flipped-by-a-thread": ("value", []),
+    "gather-bits-past-the-bitmap": ("value", ["ValueError", "gather_bits: range 0 is 2+4, "
+                                              "expected within 0..5"]),
+    "gather-bits-negative-offset": ("value", ["ValueError",
+                                              "gather_bits: bit_offset must be >= 0, got -1"]),
+    # bits 3..6 and 7..9 of 0x0f 0xf0: 1,0,0,0 then 0,0,0 -> one set bit.
+    "gather-bits-across-bytes": ("value", ["value", [[1], 1]]),
+    "utf8-lengths-offsets-flipped-by-a-thread": ("value", []),
+    "role-codes-offsets-flipped-by-a-thread": ("value", []),
+    "string-codes-offsets-flipped-by-a-thread": ("value", []),
+    "string-codes-names-not-bytes": ("value", ["TypeError", "string_codes: names must be a "
+                                               "tuple of 1 to 127 bytes"]),
+    "string-codes-no-names": ("value", ["TypeError", "string_codes: names must be a tuple of 1 "
+                                        "to 127 bytes"]),
+    "part-chars-text-offsets-flipped-by-a-thread": ("value", []),
+    "part-chars-message-offsets-past-the-parts": ("value", [
+        "ValueError", "part_chars: part offsets must be non-decreasing and within 0..2"]),
+    "part-chars-text-offsets-past-the-data": ("value", [
+        "ValueError", "part_chars: text offsets must be non-decreasing and within 0..3"]),
+    "part-chars-short-text-offsets": ("value", ["ValueError",
+                                                "part_chars: expected 3 text offsets, got 2"]),
+    "part-chars-invalid-utf-8": ("value", ["ValueError",
+                                           "invalid UTF-8 in text of part 1 at byte 2"]),
+    "part-chars-int64-kinds": ("value", ["TypeError",
+                                         "part_chars: expected a 1-d int8 array of kinds"]),
+    "part-chars-kinds-out-of-range": ("value", ["value", [[0], [0], [False]]]),
+    "part-chars-nulls-of-a-wrong-length": ("value", ["ValueError",
+                                                     "part_chars: expected 2 text nulls, got 1"]),
+    "part-chars-negative-extra": ("value", ["ValueError", "part_chars: extra must be >= 0, and "
+                                            "a message's chars below 2**63"]),
+    "part-chars-extra-past-64-bits": ("value", ["ValueError", "part_chars: extra must be >= 0, "
+                                                "and a message's chars below 2**63"]),
+    "part-chars-fields-not-a-tuple": ("value", ["TypeError", "part_chars: fields must be a "
+                                                "tuple of 4 (one per ('text', 'content', "
+                                                "'name', 'thinking'))"]),
+    "part-chars-huge-ntext": ("value", ["OverflowError",
+                                        "Python int too large to convert to C ssize_t"]),
+    "reduce-rows-offsets-flipped-by-a-thread": ("value", []),
+    "group-offsets-flags-flipped-by-a-thread": ("value", []),
     "json-nesting-around-the-native-limit": ("value", [True] * 10),
     # reduce_plan reads the fragment list as it is after a fragment's Python code emptied it,
     # and a protected kind is declined before ``protected`` is read.

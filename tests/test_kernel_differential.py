@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from typing import Any
 
 import numpy as np
 import pytest
@@ -719,6 +720,17 @@ ARGUMENT_CALLS = {
     "reduce_rows(call_codes)": lambda k, v: k.reduce_rows(*_ROWS[:5], v, *_ROWS[6:], 9,
                                                           ((0, 0, 1),), 0, 0)[1],
     "reduce_rows(skip)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((0, 0, 1),), 0, 0, v)[1],
+    "gather_bits(bit_offset)": lambda k, v: k.gather_bits(b"\xff\x0f", v, [0], [3]),
+    "gather_bits(starts)": lambda k, v: k.gather_bits(b"\xff\x0f", 0, v, [1]),
+    "gather_offsets(offsets)": lambda k, v: k.gather_offsets(v, [0], [1]),
+    "gather_offsets(lengths)": lambda k, v: k.gather_offsets(np.array([0, 1, 3]), [0], v),
+    "string_codes(names)": lambda k, v: k.string_codes(b"ab", np.array([0, 1, 2]), v),
+    "string_codes(nulls)": lambda k, v: k.string_codes(b"ab", np.array([0, 1, 2]), (b"a",), v),
+    "part_chars(ntext)": lambda k, v: k.part_chars(np.array([0, 1]), np.zeros(1, np.int8), v,
+                                                   (None,) * 4),
+    "part_chars(kinds)": lambda k, v: k.part_chars(np.array([0, 1]), v, 4, (None,) * 4),
+    "part_chars(extra)": lambda k, v: k.part_chars(np.array([0, 1]), np.zeros(1, np.int8), 4,
+                                                   (None,) * 4, v),
 }
 ODD_SEQUENCES = [None, [], [1, 0, 0], [[1, 0, 0]], np.array([[1, 0, 0]]), np.array(5), "abc",
                  (("history", 0, 0, 1),), [("history", 0, 0, 1)], ((0, 0, 1),), ((5,),),
@@ -769,3 +781,138 @@ def test_gather_bytes_agrees(differential, src, data):
             b - a for a, b in ranges)
         return
     assert got == b"".join(src[a:b] for a, b in ranges)
+
+
+# The columnar gather and measuring functions, on Arrow-layout arrays drawn at random: mostly
+# well-formed, now and then out of range, decreasing, or of the wrong length.
+
+def _offsets_of(sizes: list[int], dtype: Any) -> Any:
+    return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(dtype)
+
+
+@SETTINGS
+@given(st.lists(st.integers(0, 6), max_size=12), st.sampled_from([np.int32, np.int64]),
+       st.data())
+def test_gather_offsets_agrees(differential, sizes, dtype, data):
+    offs = _offsets_of(sizes, dtype)
+    if sizes and data.draw(st.integers(0, 9)) == 0:  # a decrease, or a negative first offset
+        offs[data.draw(st.integers(0, len(sizes)))] = data.draw(st.sampled_from([-3, 2, 10]))
+    n = len(sizes)
+    ranges = data.draw(st.lists(st.tuples(st.integers(-1, n + 1), st.integers(-1, n + 1)),
+                                max_size=6))
+    starts = np.array([a for a, _ in ranges], dtype=np.int64)
+    lengths = np.array([b for _, b in ranges], dtype=np.int64)
+    try:
+        got, lo, hi = differential("gather_offsets", offs, starts, lengths)
+    except ValueError:
+        return
+    assert got.dtype == offs.dtype
+    # The reference: the sizes of the elements taken, laid end to end.
+    taken = [int(offs[a + i + 1] - offs[a + i]) for a, length in ranges for i in range(length)]
+    assert got.tolist() == [0, *np.cumsum(taken, dtype=np.int64).tolist()]
+    assert lo.tolist() == [int(offs[a]) for a, _ in ranges]
+    assert hi.tolist() == [int(offs[a + length]) for a, length in ranges]
+
+
+def test_gather_offsets_never_wrap(differential):
+    offs = np.array([0, 2**30], dtype=np.int32)  # one element of 2**30 bytes, taken twice
+    wide, lo, hi = differential("gather_offsets", offs.astype(np.int64), [0, 0], [1, 1])
+    assert wide.tolist() == [0, 2**30, 2**31] and hi.tolist() == [2**30, 2**30]
+    with pytest.raises(ValueError, match="more than offsets of int32 can address"):
+        differential("gather_offsets", offs, [0, 0], [1, 1])
+
+
+@SETTINGS
+@given(st.binary(max_size=8), st.integers(-1, 20), st.data())
+def test_gather_bits_agrees(differential, bitmap, bit_offset, data):
+    limit = len(bitmap) * 8 - bit_offset
+    edge = st.integers(-1, max(limit, 0) + 1)
+    ranges = data.draw(st.lists(st.tuples(edge, edge), max_size=6))
+    starts = np.array([a for a, _ in ranges], dtype=np.int64)
+    lengths = np.array([b for _, b in ranges], dtype=np.int64)
+    try:
+        packed, count = differential("gather_bits", bitmap, bit_offset, starts, lengths)
+    except ValueError:
+        assert bit_offset < 0 or not all(0 <= a and 0 <= b and a + b <= limit for a, b in ranges)
+        return
+    bits = np.unpackbits(np.frombuffer(bitmap, dtype=np.uint8), bitorder="little")
+    want = [int(bits[bit_offset + a + i]) for a, length in ranges for i in range(length)]
+    assert np.unpackbits(packed, bitorder="little")[:len(want)].tolist() == want
+    assert count == sum(want) and len(packed) == (len(want) + 7) // 8
+
+
+_KIND_WORDS = ["text", "input_text", "tool_result", "tool_use", "thinking", "", "Text", "text ",
+               "tool_use_", "é"]
+
+
+@SETTINGS
+@given(st.lists(st.sampled_from(_KIND_WORDS) | st.none(), max_size=12), st.data())
+def test_string_codes_agrees(differential, values, data):
+    import pyarrow as pa
+
+    arr = pa.array(values, type=data.draw(st.sampled_from([pa.string(), pa.large_string()])))
+    _, offs, raw = arr.buffers()
+    dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+    offsets = np.frombuffer(offs, dtype=dtype)[: len(arr) + 1]
+    names = tuple(w.encode() for w in data.draw(
+        st.lists(st.sampled_from(_KIND_WORDS), min_size=1, max_size=5)))
+    nulls = np.array([v is None for v in values], dtype=bool)
+    got = differential("string_codes", raw if raw is not None else b"", offsets, names, nulls)
+    assert got.tolist() == [-1 if v is None or v.encode() not in names
+                            else names.index(v.encode()) for v in values]
+
+
+_PART_WORDS = ["", "a", "héllo", "日本語", "x" * 100, "é" * 70, "😀" * 20]
+
+
+@SETTINGS
+@given(st.integers(0, 14), st.data())
+def test_part_chars_agrees(differential, k, data):
+    # Parts of every kind in random messages, each field present or not, with nulls or not,
+    # narrow or wide offsets; extra chars and unreadable parts from the caller: the same chars,
+    # flags and unmeasured messages, and those of a plain Python reference.
+    import pyarrow as pa
+
+    ntext = 4
+    kinds = np.array(data.draw(st.lists(st.integers(-2, ntext + 4), min_size=k, max_size=k)),
+                     dtype=np.int8)
+    fields, values = [], []
+    for _ in range(4):
+        if data.draw(st.integers(0, 4)) == 0:
+            fields.append(None)
+            values.append(None)
+            continue
+        vals = data.draw(st.lists(st.sampled_from(_PART_WORDS) | st.none(), min_size=k,
+                                  max_size=k))
+        arr = pa.array(vals, type=data.draw(st.sampled_from([pa.string(), pa.large_string()])))
+        _, offs, raw = arr.buffers()
+        dtype = np.int64 if pa.types.is_large_string(arr.type) else np.int32
+        given_nulls = data.draw(st.booleans())
+        nulls = np.array([v is None for v in vals], dtype=bool) if given_nulls else None
+        fields.append((raw if raw is not None else b"", np.frombuffer(offs, dtype=dtype)[:k + 1],
+                       nulls))
+        values.append([v if given_nulls else (v or "") for v in vals])
+    cuts = sorted(data.draw(st.lists(st.integers(0, k), max_size=4)))
+    part_offsets = np.array([0, *cuts, k], dtype=np.int64)
+    extra = (np.array(data.draw(st.lists(st.integers(0, 50), min_size=k, max_size=k)),
+                      dtype=np.int64) if data.draw(st.booleans()) else None)
+    unreadable = (np.array(data.draw(st.lists(st.booleans(), min_size=k, max_size=k)),
+                           dtype=bool) if data.draw(st.booleans()) else None)
+    chars, flags, bad = differential("part_chars", part_offsets, kinds, ntext, tuple(fields),
+                                     extra, unreadable)
+    for r in range(len(part_offsets) - 1):
+        total, fl, unmeasured = 0, 0, False
+        for p in range(int(part_offsets[r]), int(part_offsets[r + 1])):
+            unmeasured |= bool(unreadable is not None and unreadable[p])
+            total += int(extra[p]) if extra is not None else 0
+            kind = int(kinds[p])
+            if not 0 <= kind <= ntext + 2:
+                continue
+            x = 0 if kind < ntext else kind - ntext + 1
+            fl |= {1: FLAG_TOOL_RESULT, 2: FLAG_TOOL_CALLS}.get(x, 0)
+            value = None if values[x] is None else values[x][p]
+            if value is None:
+                unmeasured |= x in (0, 3)
+            else:
+                total += len(value)
+        assert (int(chars[r]), int(flags[r]), bool(bad[r])) == (total, fl, unmeasured)

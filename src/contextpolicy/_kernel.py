@@ -54,6 +54,11 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     trim_cut_many = _impl.trim_cut_many
     utf8_lengths = _impl.utf8_lengths
     gather_bytes = _impl.gather_bytes
+    gather_bits = _impl.gather_bits
+    gather_offsets = _impl.gather_offsets
+    part_chars = _impl.part_chars
+    PART_FIELDS = _impl.PART_FIELDS
+    string_codes = _impl.string_codes
 
 COMPILED: bool
 

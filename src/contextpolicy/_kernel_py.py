@@ -83,6 +83,11 @@ __all__ = [
     "trim_cut_many",
     "utf8_lengths",
     "gather_bytes",
+    "gather_bits",
+    "gather_offsets",
+    "part_chars",
+    "PART_FIELDS",
+    "string_codes",
 ]
 
 IMPLEMENTATION = "python"
@@ -484,7 +489,7 @@ def group_offsets(
     stay in the group of the message before them.
     """
     grouping = _c_int(grouping, "int")
-    flags = _c_array(flags, np.uint8)
+    flags = np.array(_c_array(flags, np.uint8), copy=True)  # read once
     chars = _c_array(chars, np.int64)
     n = len(flags)
     if len(chars) != n:
@@ -958,7 +963,7 @@ def utf8_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
     Python's strict decoder validate, which reports the same byte.)
     """
     buf = np.frombuffer(data, dtype=np.uint8)
-    offsets = np.asarray(offsets)
+    offsets = np.array(np.asarray(offsets), copy=True)  # read once: checked as it is used
     _check_offsets(offsets, len(buf), "utf8_lengths")
     raw = memoryview(buf.tobytes()) if not buf.flags.c_contiguous else memoryview(buf.data)
     bounds = offsets.tolist()
@@ -1010,10 +1015,239 @@ def gather_bytes(src: Any, starts: Any, stops: Any, out: Any) -> None:
         at += stop - start
 
 
+def _offsets_array(offsets: Any, entries: int, what: str, name: str) -> npt.NDArray[Any]:
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1:
+        raise ValueError(f"{what}: expected a 1-d array of {name}")
+    if offsets.dtype not in (np.int32, np.int64):
+        raise TypeError(f"{what}: expected int32 or int64 {name}, got {offsets.dtype}")
+    if len(offsets) < 1 or (entries >= 0 and len(offsets) != entries):
+        want = "at least 1" if entries < 0 else str(entries)
+        raise ValueError(f"{what}: expected {want} {name}, got {len(offsets)}")
+    return np.array(offsets, copy=True)
+
+
+def _ranges_checked(starts: Any, lengths: Any, limit: int,
+                    what: str) -> tuple[list[int], list[int], int]:
+    s = _positions(starts, what, "starts")
+    n = _positions(lengths, what, "lengths")
+    if len(s) != len(n):
+        raise ValueError(f"{what}: {len(s)} starts but {len(n)} lengths")
+    total = 0
+    for j, (a, length) in enumerate(zip(s, n, strict=True)):
+        if a < 0 or length < 0 or a > limit - length:
+            raise ValueError(f"{what}: range {j} is {a}+{length}, expected within 0..{limit}")
+        if length > 2**63 - 1 - total:
+            raise ValueError(f"{what}: the ranges hold more than 2**63 elements")
+        total += length
+    return s, n, total
+
+
+def gather_offsets(offsets: Any, starts: Any,
+                   lengths: Any) -> tuple[npt.NDArray[Any], Int64Array, Int64Array]:
+    """The offsets of the elements in the ranges ``[starts[j], starts[j] + lengths[j])`` of a
+    list or string array (``offsets``: int32 or int64), laid end to end from 0 in the same
+    dtype; and what each range spans of the child or data: ``(offsets, lo, hi)``."""
+    o = _offsets_array(offsets, -1, "gather_offsets", "offsets")
+    s, n, total = _ranges_checked(starts, lengths, len(o) - 1, "gather_offsets")
+    limit = 2**63 - 1 if o.dtype == np.int64 else 2**31 - 1
+    out = np.zeros(total + 1, dtype=np.int64)
+    lo = np.zeros(len(s), dtype=np.int64)
+    hi = np.zeros(len(s), dtype=np.int64)
+    at, base = 0, 0
+    for j, (a, length) in enumerate(zip(s, n, strict=True)):
+        seg = [int(v) for v in o[a: a + length + 1].tolist()]
+        first = seg[0]
+        if first < 0:
+            raise ValueError(f"gather_offsets: the offsets of range {j} are negative or "
+                             f"decrease")
+        prev = first
+        for cur in seg[1:]:
+            if cur < prev:
+                raise ValueError(f"gather_offsets: the offsets of range {j} are negative or "
+                                 f"decrease")
+            if cur - first > limit - base:
+                raise ValueError(f"gather_offsets: the gathered values need more than "
+                                 f"offsets of {o.dtype} can address")
+            prev = cur
+        out[at + 1: at + length + 1] = np.asarray(seg[1:], dtype=np.int64) - first + base
+        at += length
+        lo[j], hi[j] = first, prev
+        base += prev - first
+    return out.astype(o.dtype), lo, hi
+
+
+def gather_bits(bitmap: Any, bit_offset: Any, starts: Any,
+                lengths: Any) -> tuple[npt.NDArray[np.uint8], int]:
+    """The bits of elements in the ranges ``[starts[j], starts[j] + lengths[j])`` of a bitmap
+    (least significant bit first, element 0 at bit ``bit_offset``), packed from bit 0: ``(bytes
+    as a uint8 array, how many bits are set)``."""
+    bit_offset = _c_int(bit_offset, "Py_ssize_t")
+    buf = np.frombuffer(bitmap, dtype=np.uint8)
+    if bit_offset < 0:
+        raise ValueError(f"gather_bits: bit_offset must be >= 0, got {bit_offset}")
+    limit = len(buf) * 8 - bit_offset
+    s, n, total = _ranges_checked(starts, lengths, max(limit, 0), "gather_bits")
+    if total == 0:
+        return np.zeros(0, dtype=np.uint8), 0
+    bits = np.unpackbits(buf, bitorder="little")
+    picked = np.concatenate([bits[bit_offset + a: bit_offset + a + length]
+                             for a, length in zip(s, n, strict=True)])
+    return np.packbits(picked, bitorder="little"), int(np.count_nonzero(picked))
+
+
+def _flags_array(values: Any, n: int, what: str, name: str) -> npt.NDArray[np.bool_]:
+    values = np.asarray(values)
+    if values.ndim != 1 or values.dtype != np.bool_:
+        raise TypeError(f"{what}: expected a 1-d bool array of {name}")
+    if len(values) != n:
+        raise ValueError(f"{what}: expected {n} {name}, got {len(values)}")
+    return np.array(values, copy=True)
+
+
+def string_codes(data: Any, offsets: Any, names: Any, nulls: Any = None) -> npt.NDArray[np.int8]:
+    """Per string of an Arrow string array, the index in ``names`` (a tuple of bytes) of the
+    one it equals, else -1 (and -1 where ``nulls`` is set)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    o = _offsets_array(offsets, -1, "string_codes", "offsets")
+    n = len(o) - 1
+    if type(names) is not tuple or not 0 < len(names) <= 127 or any(
+            type(x) is not bytes for x in names):
+        raise TypeError("string_codes: names must be a tuple of 1 to 127 bytes")
+    nul = _flags_array(nulls, n, "string_codes", "nulls") if nulls is not None else None
+    raw = buf.tobytes()
+    table: dict[bytes, int] = {}
+    for k, name in enumerate(names):
+        table.setdefault(name, k)
+    out = np.full(n, -1, dtype=np.int8)
+    bounds = [int(v) for v in o.tolist()]
+    for r in range(n):
+        a, b = bounds[r], bounds[r + 1]
+        if a < 0 or a > b or b > len(raw):
+            raise ValueError(f"string_codes: offsets must be non-decreasing and within "
+                             f"0..{len(raw)}")
+        if nul is not None and nul[r]:
+            continue
+        out[r] = table.get(raw[a:b], -1)
+    return out
+
+
+# part_chars: the fields it reads, in order. A part whose field is missing or null is one only
+# the object path can measure for text and thinking, and counts 0 for a result's content and a
+# tool_use's name.
+PART_FIELDS = ("text", "content", "name", "thinking")
+_FIELD_NEEDED = (True, False, False, True)
+
+
+def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: Any = None,
+               unreadable: Any = None) -> tuple[Int64Array, npt.NDArray[np.uint8],
+                                                npt.NDArray[np.bool_]]:
+    """Per message, the chars of its content parts, the flags its parts set and whether one of
+    them only the object path can measure: ``(chars, flags, bad)``.
+
+    ``part_offsets``: the messages' content lists (``m + 1`` offsets into the ``k`` parts).
+    ``kinds``: each part's kind (int8): below ``ntext`` a text part, ``ntext`` a tool_result,
+    ``ntext + 1`` a tool_use, ``ntext + 2`` a thinking block, anything else opaque. ``fields``:
+    for each name of ``PART_FIELDS``, ``None`` (missing, or not text) or ``(data, offsets,
+    nulls)`` of a string child (``nulls``: a bool array, or ``None``). ``extra``: chars added
+    per part, measured elsewhere (int64), and ``unreadable``: parts only the object path can
+    measure (bool); either may be ``None``."""
+    ntext = _c_int(ntext, "Py_ssize_t")
+    if not 0 <= ntext <= 125:  # kinds are int8: up to ntext + 2
+        raise ValueError(f"part_chars: ntext must lie in 0..125, got {ntext}")
+    o = _offsets_array(part_offsets, -1, "part_chars", "part offsets")
+    m = len(o) - 1
+    kinds = np.asarray(kinds)
+    if kinds.ndim != 1 or kinds.dtype != np.int8:
+        raise TypeError("part_chars: expected a 1-d int8 array of kinds")
+    kind = [int(v) for v in kinds.tolist()]
+    k = len(kind)
+    if type(fields) is not tuple or len(fields) != 4:
+        raise TypeError(f"part_chars: fields must be a tuple of 4 (one per {PART_FIELDS})")
+    given: list[tuple[memoryview, list[int], Any] | None] = []
+    for x, spec in enumerate(fields):
+        if spec is None:
+            given.append(None)
+            continue
+        if type(spec) is not tuple or len(spec) != 3:
+            raise TypeError(f"part_chars: {PART_FIELDS[x]}: expected (data, offsets, nulls) "
+                            f"or None")
+        fdata = np.frombuffer(spec[0], dtype=np.uint8)
+        foffs = _offsets_array(spec[1], k + 1, "part_chars", f"{PART_FIELDS[x]} offsets")
+        fnul = None
+        if spec[2] is not None:
+            fnul = _flags_array(spec[2], k, "part_chars", f"{PART_FIELDS[x]} nulls").tolist()
+        raw = memoryview(fdata.tobytes())
+        given.append((raw, [int(v) for v in foffs.tolist()], fnul))
+    add = None
+    if extra is not None:
+        extra_a = np.asarray(extra)
+        if extra_a.ndim != 1 or extra_a.dtype != np.int64 or len(extra_a) != k:
+            raise TypeError(f"part_chars: extra must be a 1-d int64 array of {k}")
+        add = [int(v) for v in extra_a.tolist()]
+    unread = None
+    if unreadable is not None:
+        unread = _flags_array(unreadable, k, "part_chars", "unreadable").tolist()
+    chars = np.zeros(m, dtype=np.int64)
+    flags = np.zeros(m, dtype=np.uint8)
+    bad = np.zeros(m, dtype=np.bool_)
+    bounds = [int(v) for v in o.tolist()]
+    for r in range(m):
+        a, b = bounds[r], bounds[r + 1]
+        if a < 0 or a > b or b > k:
+            raise ValueError(f"part_chars: part offsets must be non-decreasing and within "
+                             f"0..{k}")
+        total, fl, unreadable_part = 0, 0, False
+        for p in range(a, b):
+            if unread is not None and unread[p]:
+                unreadable_part = True
+            if add is not None:
+                if add[p] < 0 or add[p] > 2**63 - 1 - total:
+                    raise ValueError("part_chars: extra must be >= 0, and a message's chars "
+                                     "below 2**63")
+                total += add[p]
+            kd = kind[p]
+            if kd < 0 or kd > ntext + 2:
+                continue
+            if kd < ntext:
+                x = 0
+            elif kd == ntext:
+                x = 1
+                fl |= FLAG_TOOL_RESULT
+            elif kd == ntext + 1:
+                x = 2
+                fl |= FLAG_TOOL_CALLS
+            else:
+                x = 3
+            field = given[x]
+            if field is None or (field[2] is not None and field[2][p]):
+                if _FIELD_NEEDED[x]:
+                    unreadable_part = True
+                continue
+            raw, bounds_of = field[0], field[1]
+            lo, hi = bounds_of[p], bounds_of[p + 1]
+            if lo < 0 or lo > hi or hi > len(raw):
+                raise ValueError(f"part_chars: {PART_FIELDS[x]} offsets must be "
+                                 f"non-decreasing and within 0..{len(raw)}")
+            if lo == hi:
+                continue
+            try:
+                count = len(str(raw[lo:hi], "utf-8"))
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"invalid UTF-8 in {PART_FIELDS[x]} of part {p} at byte "
+                                 f"{lo + exc.start}") from None
+            if count > 2**63 - 1 - total:
+                raise ValueError("part_chars: extra must be >= 0, and a message's chars "
+                                 "below 2**63")
+            total += count
+        chars[r], flags[r], bad[r] = total, fl, unreadable_part
+    return chars, flags, bad
+
+
 def role_codes_utf8(data: Any, offsets: npt.NDArray[Any]) -> npt.NDArray[np.int8]:
     """Role code of each string of an Arrow string array, without creating Python strings."""
     buf = np.frombuffer(data, dtype=np.uint8)
-    offsets = np.asarray(offsets)
+    offsets = np.array(np.asarray(offsets), copy=True)  # read once: checked as it is used
     _check_offsets(offsets, len(buf), "role_codes_utf8")
     raw = buf.tobytes()
     table = {name.encode(): code for name, code in ROLE_CODES.items()}
@@ -1058,7 +1292,7 @@ def trim_cut_many(
     grouping = _c_int(grouping, "int")
     flags = _c_array(flags, np.uint8)
     chars = _c_array(chars, np.int64)
-    list_offsets = np.asarray(list_offsets)
+    list_offsets = np.array(np.asarray(list_offsets), copy=True)  # read once
     _check_offsets(list_offsets, len(flags), "trim_cut_many")
     if len(chars) != len(flags):
         raise ValueError(f"flags and chars differ in length ({len(flags)} != {len(chars)})")
@@ -1154,8 +1388,10 @@ def reduce_rows(
     chars = _c_array(chars, np.int64)
     call_codes = _c_array(call_codes, np.int64)
     result_codes = _c_array(result_codes, np.int64)
+    # Offsets and codes read once, into copies of their own (as the compiled kernel does).
+    call_codes, result_codes = np.array(call_codes, copy=True), np.array(result_codes, copy=True)
     m = len(flags)
-    off = np.asarray(list_offsets)
+    off = np.array(np.asarray(list_offsets), copy=True)
     _check_offsets(off, m, "reduce_rows")
     if len(roles) != m or len(chars) != m:
         raise ValueError("roles, flags and chars differ in length")
@@ -1164,7 +1400,7 @@ def reduce_rows(
                              ("result_offsets", result_offsets, result_codes)):
         if len(raw) != m + 1:
             raise ValueError(f"{name}: expected {m + 1} entries, got {len(raw)}")
-        offsets = np.asarray(raw)
+        offsets = np.array(np.asarray(raw), copy=True)
         _check_offsets(offsets, len(codes), "reduce_rows")
         checked.append(offsets)
     call_offsets, result_offsets = checked

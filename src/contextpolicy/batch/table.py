@@ -308,12 +308,21 @@ def _json_lengths(arr: Any) -> Any | None:
 _PART_KINDS = (*TEXT_PART_TYPES, TOOL_RESULT_PART, TOOL_USE_PART, THINKING_PART)
 
 
+_PART_KIND_NAMES = tuple(kind.encode() for kind in _PART_KINDS)
+
+
 def _part_kinds(ptype: Any) -> Any:
     """Each part's kind, its index in ``_PART_KINDS`` (-1 for any other type or none)."""
-    import pyarrow.compute as pc
+    data, offs, nulls = _string_field(ptype)
+    return _kernel.string_codes(data, offs, _PART_KIND_NAMES, nulls)
 
-    kinds = pc.index_in(_strings(ptype), value_set=_pa().array(list(_PART_KINDS)))
-    return _ints(kinds.fill_null(-1))
+
+def _string_field(arr: Any) -> tuple[Any, Any, Any]:
+    """(data, offsets, nulls or None) of a text array, as the kernel reads a string child
+    (a dictionary's null values are nulls too)."""
+    arr = _strings(arr)
+    data, offs = _buffers(arr)
+    return data, offs, (_nulls(arr) if arr.null_count else None)
 
 
 def _text_chars(parts: Any, is_text: Any, unreadable: Any) -> Any:
@@ -447,12 +456,11 @@ class _Measured:
                 odd = ~present & (np.diff(offs) > 0)
                 bad |= odd
             if _text_type(t.value_type):  # parts that are plain strings
-                counted = _lengths(parts)
+                per = _sums(_lengths(parts), offs)
                 if parts.null_count:
                     bad |= _rows_of(_nulls(parts), offs)
             else:
-                counted = self._parts(parts, offs, flags, bad, calls, results)
-            per = _sums(counted, offs)
+                per = self._parts(parts, offs, flags, bad, calls, results)
             chars += per if present is None else np.where(present, per, 0)
         elif not pa.types.is_null(t):
             # JSON text, a struct, numbers ...: the object path reads each message's content.
@@ -460,40 +468,45 @@ class _Measured:
 
     def _parts(self, parts: Any, offs: Any, flags: Any, bad: Any, calls: _Ids,
                results: _Ids) -> Any:
-        """Chars of each content part: text parts, ``tool_result`` blocks (their content),
-        ``tool_use`` blocks (name and the compact JSON of the input); the ids of the blocks;
-        other parts are opaque. Marks messages only objects can measure."""
+        """Chars of each message's content parts: text parts, ``tool_result`` blocks (their
+        content), ``tool_use`` blocks (name and the compact JSON of the input), thinking
+        blocks; other parts are opaque. Sets the messages' flags, collects the blocks' ids and
+        marks the messages only objects can measure. Strings are counted, and flags set, by
+        one kernel call over all parts (``_kernel.part_chars``)."""
 
         pa = _pa()
-        k = len(parts)
-        counted = np.zeros(k, dtype=np.int64)
-        unreadable = _nulls(parts) if parts.null_count else np.zeros(k, dtype=bool)
+        k, m = len(parts), len(offs) - 1
         ptype = _field(parts, "type")
         if ptype is None or pa.types.is_null(ptype.type):
-            return counted
+            return np.zeros(m, dtype=np.int64)
         if not _text_type(ptype.type):
             bad |= _rows_of(~_nulls(ptype), offs)
-            return counted
+            return np.zeros(m, dtype=np.int64)
         code = _part_kinds(ptype)
+        unreadable = _nulls(parts) if parts.null_count else np.zeros(k, dtype=bool)
+        extra = None  # chars measured here, per part: a result's list content, a call's input
 
         def part_message(at: Any) -> Any:  # the message each of the parts ``at`` is in
             return np.searchsorted(offs, at, side="right") - 1
 
-        is_text = (code >= 0) & (code < len(TEXT_PART_TYPES))
-        if is_text.any():
-            counted = _text_chars(parts, is_text, unreadable)
-        is_result = code == len(TEXT_PART_TYPES)
-        if is_result.any():
-            at = np.flatnonzero(is_result)
-            counted[at] += self._result_chars(_field(parts, "content"), at, unreadable)
-            flags[part_message(at)] |= FLAG_TOOL_RESULT
+        def text_field(name: str) -> Any:
+            value = _field(parts, name)
+            return _string_field(value) if value is not None and _text_type(value.type) else None
+
+        result = None
+        at = np.flatnonzero(code == len(TEXT_PART_TYPES))
+        if len(at):
+            content = _field(parts, "content")
+            if content is not None and _text_type(content.type):
+                result = _string_field(content)
+            elif content is not None and not pa.types.is_null(content.type):
+                extra = np.zeros(k, dtype=np.int64)
+                extra[at] = self._result_chars(content, at, unreadable)
             results.add(part_message(at), at, self._ids(parts, "tool_use_id", at))
-        is_use = code == len(TEXT_PART_TYPES) + 1
-        if is_use.any():
-            at = np.flatnonzero(is_use)
-            name = _field(parts, "name")
-            if name is not None and _text_type(name.type):  # a name that is not text: 0
-                counted[at] += _lengths(name)[at]
+        name = None
+        at = np.flatnonzero(code == len(TEXT_PART_TYPES) + 1)
+        if len(at):
+            name = text_field("name")
             given = _field(parts, "input")
             if given is not None:
                 # The compact JSON of each input, as the object path counts it (the value
@@ -504,28 +517,22 @@ class _Measured:
                     lengths = _json_lengths(inputs)
                 except pa.ArrowException:  # buffers Arrow cannot read as they are: the values
                     lengths = None
-                if lengths is not None:
-                    counted[at] += lengths
-                else:
+                if lengths is None:
                     try:
-                        counted[at] += [len(_COMPACT.encode(v)) for v in inputs.to_pylist()]
+                        lengths = [len(_COMPACT.encode(v)) for v in inputs.to_pylist()]
                     except (TypeError, ValueError, RecursionError, pa.ArrowException):
                         unreadable[at] = True
-            flags[part_message(at)] |= FLAG_TOOL_CALLS
+                if lengths is not None:
+                    if extra is None:
+                        extra = np.zeros(k, dtype=np.int64)
+                    extra[at] += lengths
             calls.add(part_message(at), at, self._ids(parts, "id", at))
-        is_thinking = code == len(TEXT_PART_TYPES) + 2
-        if is_thinking.any():
-            thinking = _field(parts, "thinking")
-            if thinking is None or not _text_type(thinking.type):
-                unreadable |= is_thinking  # the object path says what is wrong
-            else:
-                thinking = _strings(thinking)  # a dictionary's null values are nulls too
-                counted[is_thinking] += _lengths(thinking)[is_thinking]
-                if thinking.null_count:
-                    unreadable |= is_thinking & _nulls(thinking)
-        if unreadable.any():
-            bad |= _rows_of(unreadable, offs)
-        return counted
+        fields = (text_field("text"), result, name, text_field("thinking"))
+        chars, set_flags, unmeasured = _kernel.part_chars(offs, code, len(TEXT_PART_TYPES),
+                                                          fields, extra, unreadable)
+        flags |= set_flags
+        bad |= unmeasured
+        return chars
 
     @staticmethod
     def _ids(parts: Any, key: str, at: Any) -> Any:
@@ -909,18 +916,6 @@ def _index_runs(indices: Any) -> tuple[Any, Any]:
     return indices[first], np.diff(np.concatenate([first, [len(indices)]]))
 
 
-def _gathered_offsets(offs: Any, elements: Any, dtype: Any) -> Any:
-    """The offsets of ``elements`` laid end to end from 0."""
-    sizes = offs[elements + 1] - offs[elements]
-    out = np.empty(len(sizes) + 1, dtype=np.int64)
-    out[0] = 0
-    np.cumsum(sizes, out=out[1:])
-    if dtype != np.int64 and out[-1] > np.iinfo(dtype).max:
-        raise ValueError(f"the gathered values hold {int(out[-1])} elements or bytes, more "
-                         f"than offsets of {np.dtype(dtype).name} can address")
-    return out.astype(dtype, copy=False)
-
-
 def _copy(data: Any, byte_starts: Any, byte_stops: Any) -> Any:
     """The byte ranges of ``data`` in one new Arrow buffer (from Arrow's memory pool, which
     keeps its pages between calls where a fresh allocation would fault each one in)."""
@@ -962,13 +957,12 @@ def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
         return _take(arr, pa.array(elements(), type=pa.int64()))
     validity, null_count = None, 0
     if arr.null_count:
-        valid = ~_nulls(arr)[elements()]
-        null_count = total - int(np.count_nonzero(valid))
-        validity = pa.py_buffer(np.packbits(valid, bitorder="little"))
+        bits, valid = _kernel.gather_bits(arr.buffers()[0], arr.offset, starts, lengths)
+        null_count = total - valid
+        validity = pa.py_buffer(bits)
     at = starts + arr.offset
     if pa.types.is_struct(t):
-        shared = elements() if t.num_fields > 1 else indices  # the children's, found once
-        children = [_gather(arr.field(i), starts, lengths, shared)
+        children = [_gather(arr.field(i), starts, lengths, indices)
                     for i in range(t.num_fields)]
         return pa.Array.from_buffers(t, total, [validity], null_count, children=children)
     if fixed:
@@ -979,8 +973,8 @@ def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
         t)
     dtype = np.int64 if wide else np.int32
     offs = np.frombuffer(arr.buffers()[1], dtype=dtype)[arr.offset: arr.offset + len(arr) + 1]
-    new_offsets = pa.py_buffer(_gathered_offsets(offs, elements(), dtype))
-    lo, hi = offs[starts].astype(np.int64), offs[starts + lengths].astype(np.int64)
+    gathered, lo, hi = _kernel.gather_offsets(offs, starts, lengths)
+    new_offsets = pa.py_buffer(gathered)
     if is_bytes:
         data = arr.buffers()[2]
         data = _copy(data if data is not None else b"", lo, hi)
