@@ -76,8 +76,8 @@ def rounds(request, n: int) -> int:
 def test_reduce_table(benchmark, request, tables, corpus):
     table, policy = tables[corpus]
     label(benchmark, table, corpus, "reduce-table")
-    out = benchmark.pedantic(reduce_table, (table, policy), rounds=rounds(request, 10),
-                             iterations=1)
+    out = benchmark.pedantic(reduce_table, (table, policy), rounds=rounds(request, 20),
+                             iterations=1, warmup_rounds=1)
     paths = out.figures.column("path").to_pylist()
     benchmark.extra_info["columnar_share"] = paths.count("columnar") / len(paths)
 
@@ -127,8 +127,8 @@ def test_duckdb_sql_trim(benchmark, request, tables, corpus):
     names = [f.name for f in table.schema.field("messages").type.value_type]
     sql = _duckdb_sql(corpus != "chats", "tool_calls" in names)
     out = benchmark.pedantic(lambda: con.sql(sql).to_arrow_table(),
-                             rounds=rounds(request, 3),
-                             iterations=1)
+                             rounds=rounds(request, 5),
+                             iterations=1, warmup_rounds=1)
     assert out.num_rows == table.num_rows
 
 

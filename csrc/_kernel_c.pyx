@@ -1865,12 +1865,56 @@ cdef object _as_offsets(object offsets, Py_ssize_t limit, str what, bint private
     return offsets
 
 
+
+cdef struct _Offs:
+    const int32_t* narrow
+    const int64_t* wide
+
+
+cdef int _bind_offsets(_Offs* o, object arr) except -1:
+    cdef const int32_t[::1] n32
+    cdef const int64_t[::1] n64
+    if arr.dtype == np.int64:
+        n64 = arr
+        o.wide, o.narrow = &n64[0], NULL
+    else:
+        n32 = arr
+        o.narrow, o.wide = &n32[0], NULL
+    return 0
+
+
+cdef inline int64_t _off(const _Offs* o, Py_ssize_t i) noexcept nogil:
+    return o.wide[i] if o.wide != NULL else <int64_t>o.narrow[i]
+
+
+cdef object _string_offsets(object offsets, Py_ssize_t limit, str what, _Offs* o):
+    # The offsets of a string array as they are (int32 or int64, no copy), checked like
+    # _as_offsets; ``o`` is bound to them. Callers read each offset again as they use it.
+    offsets = np.asarray(offsets)
+    if offsets.ndim != 1 or len(offsets) == 0:
+        raise ValueError(f"{what}: expected a 1-d offsets array with at least one entry")
+    if offsets.dtype != np.int32 and offsets.dtype != np.int64:
+        raise TypeError(f"{what}: expected int32 or int64 offsets, got {offsets.dtype}")
+    offsets = np.ascontiguousarray(offsets)
+    _bind_offsets(o, offsets)
+    cdef Py_ssize_t i, n = offsets.shape[0]
+    cdef bint ok
+    with nogil:
+        ok = _off(o, 0) >= 0 and _off(o, n - 1) <= limit
+        for i in range(1, n):
+            if _off(o, i) < _off(o, i - 1):
+                ok = False
+                break
+    if not ok:
+        raise ValueError(f"{what}: offsets must be non-decreasing and within 0..{limit}")
+    return offsets
+
 def utf8_lengths(data, offsets):
     """Code points of each string of an Arrow string array (UTF-8 ``data`` + ``offsets``)."""
     cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
-    off_a = _as_offsets(offsets, buf.shape[0], "utf8_lengths")
-    cdef const int64_t[::1] off = off_a
-    cdef Py_ssize_t r, n = off.shape[0] - 1
+    cdef _Offs off
+    off_a = _string_offsets(offsets, buf.shape[0], "utf8_lengths", &off)
+    cdef Py_ssize_t r, n = off_a.shape[0] - 1
     out_a = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] out = out_a
     cdef int64_t bad = 0, count
@@ -1881,7 +1925,8 @@ def utf8_lengths(data, offsets):
     with nogil:
         for r in range(n):
             # Each offset read once and checked again: the array may change while this runs.
-            a, b = off[r], off[r + 1]
+            a = _off(&off, r)
+            b = _off(&off, r + 1)
             if a < 0 or a > b or b > limit:
                 moved = True
                 break
@@ -1957,27 +2002,6 @@ cdef object _offsets_array(object offsets, Py_ssize_t entries, str what, str nam
     return np.ascontiguousarray(offsets)
 
 
-cdef struct _Offs:
-    const int32_t* narrow
-    const int64_t* wide
-
-
-cdef int _bind_offsets(_Offs* o, object arr) except -1:
-    cdef const int32_t[::1] n32
-    cdef const int64_t[::1] n64
-    if arr.dtype == np.int64:
-        n64 = arr
-        o.wide, o.narrow = &n64[0], NULL
-    else:
-        n32 = arr
-        o.narrow, o.wide = &n32[0], NULL
-    return 0
-
-
-cdef inline int64_t _off(const _Offs* o, Py_ssize_t i) noexcept nogil:
-    return o.wide[i] if o.wide != NULL else <int64_t>o.narrow[i]
-
-
 cdef object _ranges_checked(object starts, object lengths, Py_ssize_t limit, str what):
     # (starts, lengths) as private int64 copies, each range within 0..limit.
     s_a = _as_positions(starts, what, "starts")
@@ -1997,6 +2021,49 @@ cdef object _ranges_checked(object starts, object lengths, Py_ssize_t limit, str
     return s_a, l_a, total
 
 
+cdef extern from *:
+    void __builtin_prefetch(const void* p) nogil
+
+
+ctypedef fused _off_t:
+    int32_t
+    int64_t
+
+
+cdef int _gather_runs(const _off_t* src, _off_t* dst, const int64_t* s, const int64_t* l,
+                      Py_ssize_t n, int64_t limit, int64_t* lo, int64_t* hi,
+                      Py_ssize_t* bad) noexcept nogil:
+    # The runs' offsets rebased one after the other (dst[0] is 0): 0, or 1 where the offsets
+    # of run *bad are negative or decrease, 2 where they outgrow ``limit``. Each offset is
+    # read once: the array may change meanwhile.
+    cdef Py_ssize_t j, i, at = 0
+    cdef int64_t first, prev, cur, base = 0
+    dst[0] = 0
+    for j in range(n):
+        if j + 1 < n:  # the next run starts somewhere else: ask for it early
+            __builtin_prefetch(src + s[j + 1])
+        first = src[s[j]]
+        prev = first
+        if first < 0:
+            bad[0] = j
+            return 1
+        for i in range(1, l[j] + 1):
+            cur = src[s[j] + i]
+            if cur < prev:
+                bad[0] = j
+                return 1
+            if cur - first > limit - base:
+                bad[0] = j
+                return 2
+            at += 1
+            dst[at] = <_off_t>(base + cur - first)
+            prev = cur
+        lo[j] = first
+        hi[j] = prev
+        base += prev - first
+    return 0
+
+
 def gather_offsets(offsets, starts, lengths):
     """The offsets of the elements in the ranges ``[starts[j], starts[j] + lengths[j])`` of a
     list or string array (``offsets``: int32 or int64), laid end to end from 0 in the same
@@ -2005,58 +2072,33 @@ def gather_offsets(offsets, starts, lengths):
     s_a, l_a, total = _ranges_checked(starts, lengths, o_a.shape[0] - 1, "gather_offsets")
     cdef const int64_t[::1] s = s_a
     cdef const int64_t[::1] l = l_a
-    cdef _Offs o
-    _bind_offsets(&o, o_a)
-    cdef bint wide = o.wide != NULL
-    cdef int64_t limit = INT64_MAX if wide else 2147483647
-    cdef Py_ssize_t j, i, n = s.shape[0], at = 0, bad = -1
-    cdef int64_t first, prev, cur, base = 0
+    cdef Py_ssize_t n = s.shape[0], bad = -1
     cdef int fault = 0
     out_a = np.empty(<Py_ssize_t>total + 1, dtype=o_a.dtype)
     lo_a = np.empty(n, dtype=np.int64)
     hi_a = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] lo = lo_a
     cdef int64_t[::1] hi = hi_a
+    cdef const int64_t[::1] src64
+    cdef const int32_t[::1] src32
     cdef int64_t[::1] out64
     cdef int32_t[::1] out32
-    cdef int64_t* w64 = NULL
-    cdef int32_t* w32 = NULL
-    if wide:
-        out64 = out_a
-        w64 = &out64[0]
-        w64[0] = 0
+    if o_a.dtype == np.int64:
+        src64, out64 = o_a, out_a
+        if n == 0:
+            out64[0] = 0
+        else:
+            with nogil:
+                fault = _gather_runs(&src64[0], &out64[0], &s[0], &l[0], n, INT64_MAX, &lo[0],
+                                     &hi[0], &bad)
     else:
-        out32 = out_a
-        w32 = &out32[0]
-        w32[0] = 0
-    with nogil:
-        for j in range(n):
-            first = _off(&o, s[j])
-            prev = first
-            if first < 0:
-                bad = j
-                fault = 1
-                break
-            for i in range(1, l[j] + 1):
-                cur = _off(&o, s[j] + i)  # each offset read once: it may change meanwhile
-                if cur < prev:
-                    fault = 1
-                    break
-                if cur - first > limit - base:
-                    fault = 2
-                    break
-                at += 1
-                if wide:
-                    w64[at] = base + cur - first
-                else:
-                    w32[at] = <int32_t>(base + cur - first)
-                prev = cur
-            if fault:
-                bad = j
-                break
-            lo[j] = first
-            hi[j] = prev
-            base += prev - first
+        src32, out32 = o_a, out_a
+        if n == 0:
+            out32[0] = 0
+        else:
+            with nogil:
+                fault = _gather_runs(&src32[0], &out32[0], &s[0], &l[0], n, 2147483647,
+                                     &lo[0], &hi[0], &bad)
     if fault == 1:
         raise ValueError(f"gather_offsets: the offsets of range {bad} are negative or decrease")
     if fault == 2:
@@ -2323,12 +2365,77 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
     return chars_a, flags_a, bad_a
 
 
+
+# What the compact JSON of a string adds to its code points, per byte: '"' and '\\' and the
+# five named controls take two chars, other controls six (\u00XX); nothing else is escaped.
+cdef uint8_t _JSON_EXTRA[256]
+_JSON_EXTRA[:] = [5 if b < 0x20 else 0 for b in range(256)]
+for _b in (0x22, 0x5C, 0x08, 0x0C, 0x0A, 0x0D, 0x09):  # " \\ \b \f \n \r \t
+    _JSON_EXTRA[_b] = 1
+
+
+
+cdef inline int64_t _json_extra(const uint8_t* p, int64_t n) noexcept nogil:
+    # What escaping adds to p[0..n): eight bytes at a time while none is a control, '"' or '\\'
+    # (a word is looked at byte by byte only when one of them may be in it).
+    cdef int64_t i = 0, extra = 0, k
+    cdef uint64_t w, ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        if (((w - ones * 0x20) & ~w)
+                | ((w ^ (ones * 0x22)) - ones) & ~(w ^ (ones * 0x22))
+                | ((w ^ (ones * 0x5C)) - ones) & ~(w ^ (ones * 0x5C))) & highs:
+            for k in range(8):
+                extra += _JSON_EXTRA[p[i + k]]
+        i += 8
+    while i < n:
+        extra += _JSON_EXTRA[p[i]]
+        i += 1
+    return extra
+
+def json_string_lengths(data, offsets):
+    """Chars of each string of an Arrow string array as compact JSON writes it: its code points,
+    the two quotes and what escaping adds (``json.dumps(s, ensure_ascii=False)``)."""
+    cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
+    cdef _Offs off
+    off_a = _string_offsets(offsets, buf.shape[0], "json_string_lengths", &off)
+    cdef Py_ssize_t r, n = off_a.shape[0] - 1
+    out_a = np.empty(n, dtype=np.int64)
+    cdef int64_t[::1] out = out_a
+    cdef int64_t bad = 0, count
+    cdef Py_ssize_t bad_row = -1
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef int64_t a, b, limit = buf.shape[0], at = 0
+    cdef bint moved = False
+    with nogil:
+        for r in range(n):
+            a = _off(&off, r)  # read once: the array may change while this runs
+            b = _off(&off, r + 1)
+            if a < 0 or a > b or b > limit:
+                moved = True
+                break
+            if a == b:
+                out[r] = 2
+                continue
+            count = cp_utf8_count(base + a, b - a, &bad)
+            if count < 0:
+                bad_row = r
+                at = a
+                break
+            out[r] = 2 + count + _json_extra(base + a, b - a)
+    if moved:
+        raise ValueError(f"json_string_lengths: offsets must be non-decreasing and within "
+                         f"0..{limit}")
+    if bad_row >= 0:
+        raise ValueError(f"invalid UTF-8 in string {bad_row} at byte {at + bad}")
+    return out_a
+
 def role_codes_utf8(data, offsets):
     """Role code of each string of an Arrow string array, without creating Python strings."""
     cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
-    off_a = _as_offsets(offsets, buf.shape[0], "role_codes_utf8")
-    cdef const int64_t[::1] off = off_a
-    cdef Py_ssize_t r, n = off.shape[0] - 1
+    cdef _Offs off
+    off_a = _string_offsets(offsets, buf.shape[0], "role_codes_utf8", &off)
+    cdef Py_ssize_t r, n = off_a.shape[0] - 1
     out_a = np.zeros(n, dtype=np.int8)
     cdef int8_t[::1] out = out_a
     if buf.shape[0] == 0:
@@ -2337,7 +2444,8 @@ def role_codes_utf8(data, offsets):
     cdef bint moved = False
     with nogil:
         for r in range(n):
-            a, b = off[r], off[r + 1]  # read once: the array may change while this runs
+            a = _off(&off, r)  # read once: the array may change while this runs
+            b = _off(&off, r + 1)
             if a < 0 or a > b or b > limit:
                 moved = True
                 break
@@ -2490,14 +2598,14 @@ cdef void _rows_orphans(_Rows* s, Py_ssize_t lo, Py_ssize_t hi) noexcept nogil:
     s.stamp += 1
     for i in range(lo, hi):
         f = s.flags[i]
-        if f & F_RESULT:
+        if f & F_RESULT and s.res_off != NULL:
             for j in range(s.res_off[i], s.res_off[i + 1]):
                 cid = s.result_codes[j]
                 if cid >= 0 and s.pend_stamp[cid] == s.stamp:
                     s.pend_stamp[cid] = 0
                 elif cid < 0 or s.called[cid] != s.stamp:
                     s.orphan[j] = s.stamp
-        if f & F_CALLS:
+        if f & F_CALLS and s.call_off != NULL:
             for j in range(s.call_off[i], s.call_off[i + 1]):
                 cid = s.call_codes[j]
                 if cid < 0:
@@ -2515,14 +2623,14 @@ cdef void _rows_warnings(_Rows* s, Py_ssize_t row, int frag, Py_ssize_t lo,
     cdef int64_t cid
     _rows_orphans(s, lo, hi)
     for i in range(lo, hi):
-        if s.flags[i] & F_RESULT:
+        if s.flags[i] & F_RESULT and s.res_off != NULL:
             for j in range(s.res_off[i], s.res_off[i + 1]):
                 if s.orphan[j] == s.stamp:
                     k = s.nwarn
                     s.w_row[k], s.w_frag[k], s.w_index[k] = row, frag, i - lo
                     s.w_code[k], s.w_id[k] = 0, s.result_codes[j]
                     s.nwarn += 1
-        if s.flags[i] & F_CALLS:
+        if s.flags[i] & F_CALLS and s.call_off != NULL:
             for j in range(s.call_off[i], s.call_off[i + 1]):
                 cid = s.call_codes[j]
                 if cid >= 0 and s.pend_stamp[cid] == s.stamp and s.pend_at[cid] == i:
@@ -2569,6 +2677,8 @@ cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping
         _rows_orphans(s, cut, tail)
         # The ids still missing their call, marked in called[] as -stamp.
         missing = 0
+        if s.res_off == NULL:  # no result has an id: nothing can be missing
+            break
         for j in range(s.res_off[cut], s.res_off[tail]):
             cid = s.result_codes[j]
             if s.orphan[j] == s.stamp and cid >= 0 and s.called[cid] != -s.stamp:
@@ -2579,7 +2689,7 @@ cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping
         earliest = cut
         i = cut - 1
         while i >= h0 and missing > 0:
-            if s.flags[i] & F_CALLS:
+            if s.flags[i] & F_CALLS and s.call_off != NULL:
                 for j in range(s.call_off[i], s.call_off[i + 1]):
                     cid = s.call_codes[j]
                     if cid >= 0 and s.called[cid] == -s.stamp:
@@ -2619,11 +2729,14 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
         raise ValueError("roles, flags and chars differ in length")
     if len(call_offsets) != m + 1:
         raise ValueError(f"call_offsets: expected {m + 1} entries, got {len(call_offsets)}")
-    coff_a = _as_offsets(call_offsets, call_codes.shape[0], "reduce_rows", True)
+    # Read without the GIL only where there are codes: then a copy of their own.
+    coff_a = _as_offsets(call_offsets, call_codes.shape[0], "reduce_rows",
+                         call_codes.shape[0] > 0)
     cdef const int64_t[::1] coff = coff_a
     if len(result_offsets) != m + 1:
         raise ValueError(f"result_offsets: expected {m + 1} entries, got {len(result_offsets)}")
-    roff_a = _as_offsets(result_offsets, result_codes.shape[0], "reduce_rows", True)
+    roff_a = _as_offsets(result_offsets, result_codes.shape[0], "reduce_rows",
+                         result_codes.shape[0] > 0)
     cdef const int64_t[::1] roff = roff_a
     cdef Py_ssize_t i, r, n = off.shape[0] - 1, longest = 0
     cdef int64_t used = 0  # the state covers the codes in use, whatever ncodes claims
@@ -2693,9 +2806,9 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     s.roles = &roles[0] if m else NULL
     s.flags = &flags[0] if m else NULL
     s.chars = &chars[0] if m else NULL
-    s.call_off = &coff[0]
+    s.call_off = &coff[0] if call_codes.shape[0] else NULL  # (all empty ranges without codes)
     s.call_codes = &call_codes[0] if call_codes.shape[0] else NULL
-    s.res_off = &roff[0]
+    s.res_off = &roff[0] if result_codes.shape[0] else NULL
     s.result_codes = &result_codes[0] if result_codes.shape[0] else NULL
     s.called = &st0[0]
     s.pend_stamp = &st1[0]

@@ -759,6 +759,20 @@ CASES: dict[str, Callable[[Any], Any]] = {
         lambda k, flags: _tuples(k.group_offsets(flags, np.ones(4, dtype=np.int64))),
         np.array([1, 0, 0, 0], dtype=np.uint8) * _flag("FLAG_OPENS_TURN"), 2, 0,
         _flag("FLAG_OPENS_TURN"), {repr(([0, 4], [4])), repr(([0, 2, 4], [2, 2]))}),
+    "json-string-lengths-offsets-flipped-by-a-thread": _flipping(
+        lambda k, offs: k.json_string_lengths(b'a"b\n', offs).tolist(), [0, 2, 4], 1, 2,
+        10**12, {repr([5, 5]),
+                 "json_string_lengths: offsets must be non-decreasing and within 0..4"}),
+    "json-string-lengths-invalid-utf-8": _kernel_call(
+        "json_string_lengths", b"ok\xc3(", np.array([0, 2, 4])),
+    # A drop to the lowest int32 or int64, which a subtraction of offsets would wrap past.
+    "utf8-lengths-offsets-that-wrap": _kernel_call(
+        "utf8_lengths", b"ab", np.array([0, 2, -2**31], dtype=np.int32)),
+    "json-string-lengths-offsets-that-wrap": _kernel_call(
+        "json_string_lengths", b"ab", np.array([0, 2, -2**63], dtype=np.int64)),
+    "trim-cut-many-offsets-that-wrap": _kernel_call(
+        "trim_cut_many", np.array([0, 2, -2**31], dtype=np.int32), np.ones(2, dtype=np.uint8),
+        np.ones(2, dtype=np.int64), 0, 0),
     "json-nesting-around-the-native-limit": lambda kernel: [
         _json_pieces(deep_list(levels))(kernel)[1][1] == ascii(compact_json(deep_list(levels)))
         for levels in range(60, 70)],

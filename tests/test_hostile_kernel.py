@@ -196,6 +196,15 @@ EXPECTED: dict[str, tuple[str, Any]] = {
                                         "Python int too large to convert to C ssize_t"]),
     "reduce-rows-offsets-flipped-by-a-thread": ("value", []),
     "group-offsets-flags-flipped-by-a-thread": ("value", []),
+    "json-string-lengths-offsets-flipped-by-a-thread": ("value", []),
+    "json-string-lengths-invalid-utf-8": ("value", ["ValueError",
+                                                    "invalid UTF-8 in string 1 at byte 2"]),
+    "utf8-lengths-offsets-that-wrap": ("value", [
+        "ValueError", "utf8_lengths: offsets must be non-decreasing and within 0..2"]),
+    "json-string-lengths-offsets-that-wrap": ("value", [
+        "ValueError", "json_string_lengths: offsets must be non-decreasing and within 0..2"]),
+    "trim-cut-many-offsets-that-wrap": ("value", [
+        "ValueError", "trim_cut_many: offsets must be non-decreasing and within 0..2"]),
     "json-nesting-around-the-native-limit": ("value", [True] * 10),
     # reduce_plan reads the fragment list as it is after a fragment's Python code emptied it,
     # and a protected kind is declined before ``protected`` is read.

@@ -916,3 +916,18 @@ def test_part_chars_agrees(differential, k, data):
             else:
                 total += len(value)
         assert (int(chars[r]), int(flags[r]), bool(bad[r])) == (total, fl, unmeasured)
+
+
+@SETTINGS
+@given(st.lists(st.text(st.characters(codec="utf-8")) | st.sampled_from(
+    ['"', "\\", "\b\f\n\r\t", "\x00\x1f\x7f", "\u2028\u2029", "é" * 40 + '"' * 40]),
+    max_size=10), st.booleans())
+def test_json_string_lengths_agree(differential, values, wide):
+    import pyarrow as pa
+
+    arr = pa.array(values, type=pa.large_string() if wide else pa.string())
+    _, offs, raw = arr.buffers()
+    offsets = np.frombuffer(offs, dtype=np.int64 if wide else np.int32)[: len(arr) + 1]
+    got = differential("json_string_lengths", raw if raw is not None else b"", offsets)
+    assert got.tolist() == [len(json.dumps(v, ensure_ascii=False, separators=(",", ":")))
+                            for v in values]

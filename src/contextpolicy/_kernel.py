@@ -59,6 +59,7 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     part_chars = _impl.part_chars
     PART_FIELDS = _impl.PART_FIELDS
     string_codes = _impl.string_codes
+    json_string_lengths = _impl.json_string_lengths
 
 COMPILED: bool
 

@@ -88,6 +88,7 @@ __all__ = [
     "part_chars",
     "PART_FIELDS",
     "string_codes",
+    "json_string_lengths",
 ]
 
 IMPLEMENTATION = "python"
@@ -947,7 +948,9 @@ def _check_offsets(offsets: npt.NDArray[Any], limit: int, what: str) -> None:
         raise ValueError(f"{what}: expected a 1-d offsets array with at least one entry")
     if offsets.dtype not in (np.int32, np.int64):
         raise TypeError(f"{what}: expected int32 or int64 offsets, got {offsets.dtype}")
-    if int(offsets[0]) < 0 or int(offsets[-1]) > limit or bool(np.any(np.diff(offsets) < 0)):
+    # (Compared, not subtracted: a difference of int32 or int64 offsets can wrap.)
+    if int(offsets[0]) < 0 or int(offsets[-1]) > limit or bool(
+            np.any(offsets[1:] < offsets[:-1])):
         raise ValueError(f"{what}: offsets must be non-decreasing and within 0..{limit}")
 
 
@@ -1243,6 +1246,25 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
         chars[r], flags[r], bad[r] = total, fl, unreadable_part
     return chars, flags, bad
 
+
+
+def json_string_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
+    """Chars of each string of an Arrow string array as compact JSON writes it: its code points,
+    the two quotes and what escaping adds (``json.dumps(s, ensure_ascii=False)``)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    offsets = np.array(np.asarray(offsets), copy=True)  # read once: checked as it is used
+    _check_offsets(offsets, len(buf), "json_string_lengths")
+    raw = memoryview(buf.tobytes())
+    bounds = offsets.tolist()
+    out = np.zeros(len(bounds) - 1, dtype=np.int64)
+    for r in range(len(bounds) - 1):
+        start, end = bounds[r], bounds[r + 1]
+        try:
+            text = str(raw[start:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise _utf8_error(r, start + exc.start) from None
+        out[r] = len(COMPACT_JSON.encode(text))
+    return out
 
 def role_codes_utf8(data: Any, offsets: npt.NDArray[Any]) -> npt.NDArray[np.int8]:
     """Role code of each string of an Arrow string array, without creating Python strings."""

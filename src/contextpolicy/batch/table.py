@@ -192,7 +192,9 @@ def _offsets(arr: Any) -> Any:
     offs = _ints(arr.offsets).astype(np.int64)
     base = int(offs[0])
     values = arr.values.slice(base, int(offs[-1]) - base)
-    return offs - base, values
+    if base:
+        offs -= base
+    return offs, values
 
 
 def _field(struct: Any, name: str) -> Any:
@@ -220,29 +222,7 @@ def _sums(values: Any, offs: Any) -> Any:
     return csum[offs[1:]] - csum[offs[:-1]]
 
 
-# What the compact JSON of a string adds to its code points, per byte: the quotes are counted
-# apart; '"' and '\\' and the five named controls take two chars, other controls six
-# (\u00XX); nothing else is escaped (the encoder writes non-ASCII as it is).
-_ESCAPE_EXTRA = np.zeros(256, dtype=np.uint8)
-_ESCAPE_EXTRA[:0x20] = 5
-_ESCAPE_EXTRA[[ord(c) for c in '"\\\b\f\n\r\t']] = 1
 _POWERS = np.array([10**k for k in range(1, 20)], dtype=np.uint64)
-
-
-def _escapes(arr: Any) -> Any:
-    """Per string of ``arr`` (string or large_string), what escaping adds to its length."""
-    data, offs = _buffers(arr)
-    n = len(offs) - 1
-    if n == 0 or offs[-1] == offs[0]:
-        return np.zeros(n, dtype=np.int64)
-    lo, hi = int(offs[0]), int(offs[-1])
-    extra = _ESCAPE_EXTRA[np.frombuffer(data, dtype=np.uint8, count=hi - lo, offset=lo)]
-    # Sums from each non-empty string's start to the next one's, which is its end (the
-    # strings between them are empty).
-    nonempty = np.flatnonzero(offs[1:] > offs[:-1])
-    sums = np.zeros(n, dtype=np.int64)
-    sums[nonempty] = np.add.reduceat(extra, offs[nonempty] - lo, dtype=np.int64)
-    return sums
 
 
 def _digits(arr: Any) -> Any:
@@ -276,7 +256,7 @@ def _json_lengths(arr: Any) -> Any | None:
     elif _text_type(t):
         # Decoded first: a dictionary's own values may be null where its indices are not.
         arr = _strings(arr)
-        out = 2 + _lengths(arr) + _escapes(arr)
+        out = _kernel.json_string_lengths(*_buffers(arr))
     elif pa.types.is_struct(t):
         names = [f.name for f in t]
         if len(set(names)) != len(names):  # a dict keeps one of each: the values say which
@@ -358,7 +338,14 @@ class _Ids:
         if not self.messages:
             return np.zeros(m + 1, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
         msg = np.concatenate(self.messages)
-        order = np.lexsort((np.concatenate(self.order), msg))
+        within = np.concatenate(self.order)
+        # By message, then by place in it: one stable sort of a combined key (the sources come
+        # in message order each, so the sort merges a few sorted runs).
+        low, span = int(within.min()), int(within.max()) - int(within.min()) + 1
+        if int(msg.max()) < (2**63 - 1) // span:
+            order = np.argsort(msg * span + (within - low), kind="stable")
+        else:
+            order = np.lexsort((within, msg))
         offsets = np.concatenate([[0], np.cumsum(np.bincount(msg, minlength=m))])
         return offsets.astype(np.int64), pa_concat(self.strings), order
 
