@@ -1909,11 +1909,40 @@ cdef object _string_offsets(object offsets, Py_ssize_t limit, str what, _Offs* o
         raise ValueError(f"{what}: offsets must be non-decreasing and within 0..{limit}")
     return offsets
 
-def utf8_lengths(data, offsets):
-    """Code points of each string of an Arrow string array (UTF-8 ``data`` + ``offsets``)."""
+
+# What the compact JSON of a string adds to its code points, per byte: '"' and '\\' and the
+# five named controls take two chars, other controls six (\u00XX); nothing else is escaped.
+cdef uint8_t _JSON_EXTRA[256]
+_JSON_EXTRA[:] = [5 if b < 0x20 else 0 for b in range(256)]
+for _b in (0x22, 0x5C, 0x08, 0x0C, 0x0A, 0x0D, 0x09):  # " \\ \b \f \n \r \t
+    _JSON_EXTRA[_b] = 1
+
+
+cdef inline int64_t _json_extra(const uint8_t* p, int64_t n) noexcept nogil:
+    # What escaping adds to p[0..n): eight bytes at a time while none is a control, '"' or '\\'
+    # (a word is looked at byte by byte only when one of them may be in it).
+    cdef int64_t i = 0, extra = 0, k
+    cdef uint64_t w, ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL
+    while i + 8 <= n:
+        memcpy(&w, p + i, 8)
+        if (((w - ones * 0x20) & ~w)
+                | ((w ^ (ones * 0x22)) - ones) & ~(w ^ (ones * 0x22))
+                | ((w ^ (ones * 0x5C)) - ones) & ~(w ^ (ones * 0x5C))) & highs:
+            for k in range(8):
+                extra += _JSON_EXTRA[p[i + k]]
+        i += 8
+    while i < n:
+        extra += _JSON_EXTRA[p[i]]
+        i += 1
+    return extra
+
+
+cdef object _string_counts(object data, object offsets, str what, bint json):
+    # Per string: its code points (strict UTF-8), or with ``json`` its compact JSON's chars
+    # (code points, the two quotes and what escaping adds).
     cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
     cdef _Offs off
-    off_a = _string_offsets(offsets, buf.shape[0], "utf8_lengths", &off)
+    off_a = _string_offsets(offsets, buf.shape[0], what, &off)
     cdef Py_ssize_t r, n = off_a.shape[0] - 1
     out_a = np.empty(n, dtype=np.int64)
     cdef int64_t[::1] out = out_a
@@ -1931,18 +1960,30 @@ def utf8_lengths(data, offsets):
                 moved = True
                 break
             if a == b:
-                out[r] = 0
+                out[r] = 2 if json else 0
                 continue
             count = cp_utf8_count(base + a, b - a, &bad)
             if count < 0:
-                bad_row, at = r, a
+                bad_row = r
+                at = a
                 break
-            out[r] = count
+            out[r] = 2 + count + _json_extra(base + a, b - a) if json else count
     if moved:
-        raise ValueError(f"utf8_lengths: offsets must be non-decreasing and within 0..{limit}")
+        raise ValueError(f"{what}: offsets must be non-decreasing and within 0..{limit}")
     if bad_row >= 0:
         raise ValueError(f"invalid UTF-8 in string {bad_row} at byte {at + bad}")
     return out_a
+
+
+def utf8_lengths(data, offsets):
+    """Code points of each string of an Arrow string array (UTF-8 ``data`` + ``offsets``)."""
+    return _string_counts(data, offsets, "utf8_lengths", False)
+
+
+def json_string_lengths(data, offsets):
+    """Chars of each string of an Arrow string array as compact JSON writes it: its code points,
+    the two quotes and what escaping adds (``json.dumps(s, ensure_ascii=False)``)."""
+    return _string_counts(data, offsets, "json_string_lengths", True)
 
 
 cdef object _as_positions(object values, str what, str name):
@@ -2364,71 +2405,6 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
         raise ValueError("part_chars: extra must be >= 0, and a message's chars below 2**63")
     return chars_a, flags_a, bad_a
 
-
-
-# What the compact JSON of a string adds to its code points, per byte: '"' and '\\' and the
-# five named controls take two chars, other controls six (\u00XX); nothing else is escaped.
-cdef uint8_t _JSON_EXTRA[256]
-_JSON_EXTRA[:] = [5 if b < 0x20 else 0 for b in range(256)]
-for _b in (0x22, 0x5C, 0x08, 0x0C, 0x0A, 0x0D, 0x09):  # " \\ \b \f \n \r \t
-    _JSON_EXTRA[_b] = 1
-
-
-
-cdef inline int64_t _json_extra(const uint8_t* p, int64_t n) noexcept nogil:
-    # What escaping adds to p[0..n): eight bytes at a time while none is a control, '"' or '\\'
-    # (a word is looked at byte by byte only when one of them may be in it).
-    cdef int64_t i = 0, extra = 0, k
-    cdef uint64_t w, ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL
-    while i + 8 <= n:
-        memcpy(&w, p + i, 8)
-        if (((w - ones * 0x20) & ~w)
-                | ((w ^ (ones * 0x22)) - ones) & ~(w ^ (ones * 0x22))
-                | ((w ^ (ones * 0x5C)) - ones) & ~(w ^ (ones * 0x5C))) & highs:
-            for k in range(8):
-                extra += _JSON_EXTRA[p[i + k]]
-        i += 8
-    while i < n:
-        extra += _JSON_EXTRA[p[i]]
-        i += 1
-    return extra
-
-def json_string_lengths(data, offsets):
-    """Chars of each string of an Arrow string array as compact JSON writes it: its code points,
-    the two quotes and what escaping adds (``json.dumps(s, ensure_ascii=False)``)."""
-    cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
-    cdef _Offs off
-    off_a = _string_offsets(offsets, buf.shape[0], "json_string_lengths", &off)
-    cdef Py_ssize_t r, n = off_a.shape[0] - 1
-    out_a = np.empty(n, dtype=np.int64)
-    cdef int64_t[::1] out = out_a
-    cdef int64_t bad = 0, count
-    cdef Py_ssize_t bad_row = -1
-    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
-    cdef int64_t a, b, limit = buf.shape[0], at = 0
-    cdef bint moved = False
-    with nogil:
-        for r in range(n):
-            a = _off(&off, r)  # read once: the array may change while this runs
-            b = _off(&off, r + 1)
-            if a < 0 or a > b or b > limit:
-                moved = True
-                break
-            if a == b:
-                out[r] = 2
-                continue
-            count = cp_utf8_count(base + a, b - a, &bad)
-            if count < 0:
-                bad_row = r
-                at = a
-                break
-            out[r] = 2 + count + _json_extra(base + a, b - a)
-    if moved:
-        raise ValueError(f"json_string_lengths: offsets must be non-decreasing and within "
-                         f"0..{limit}")
-    if bad_row >= 0:
-        raise ValueError(f"invalid UTF-8 in string {bad_row} at byte {at + bad}")
-    return out_a
 
 def role_codes_utf8(data, offsets):
     """Role code of each string of an Arrow string array, without creating Python strings."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import operator
 import re
+from collections.abc import Callable
 from typing import Any, cast
 
 import numpy as np
@@ -958,6 +959,24 @@ def _utf8_error(row: int, pos: int) -> ValueError:
     return ValueError(f"invalid UTF-8 in string {row} at byte {pos}")
 
 
+def _string_counts(data: Any, offsets: Any, what: str,
+                   count: Callable[[str], int]) -> Int64Array:
+    # ``count`` of each string, decoded strictly (the error names the string and the byte).
+    buf = np.frombuffer(data, dtype=np.uint8)
+    offsets = np.array(np.asarray(offsets), copy=True)  # read once: checked as it is used
+    _check_offsets(offsets, len(buf), what)
+    raw = memoryview(buf.tobytes()) if not buf.flags.c_contiguous else memoryview(buf.data)
+    bounds = offsets.tolist()
+    out = np.zeros(len(bounds) - 1, dtype=np.int64)
+    for r in range(len(bounds) - 1):
+        start, end = bounds[r], bounds[r + 1]
+        try:
+            out[r] = count(str(raw[start:end], "utf-8"))
+        except UnicodeDecodeError as exc:
+            raise _utf8_error(r, start + exc.start) from None
+    return out
+
+
 def utf8_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
     """Code points of each string of an Arrow string array (UTF-8 ``data`` + ``offsets``).
 
@@ -965,19 +984,14 @@ def utf8_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
     byte of the invalid sequence. (The compiled kernel creates no Python string; the twin lets
     Python's strict decoder validate, which reports the same byte.)
     """
-    buf = np.frombuffer(data, dtype=np.uint8)
-    offsets = np.array(np.asarray(offsets), copy=True)  # read once: checked as it is used
-    _check_offsets(offsets, len(buf), "utf8_lengths")
-    raw = memoryview(buf.tobytes()) if not buf.flags.c_contiguous else memoryview(buf.data)
-    bounds = offsets.tolist()
-    out = np.zeros(len(bounds) - 1, dtype=np.int64)
-    for r in range(len(bounds) - 1):
-        start, end = bounds[r], bounds[r + 1]
-        try:
-            out[r] = len(str(raw[start:end], "utf-8"))
-        except UnicodeDecodeError as exc:
-            raise _utf8_error(r, start + exc.start) from None
-    return out
+    return _string_counts(data, offsets, "utf8_lengths", len)
+
+
+def json_string_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
+    """Chars of each string of an Arrow string array as compact JSON writes it: its code points,
+    the two quotes and what escaping adds (``json.dumps(s, ensure_ascii=False)``)."""
+    return _string_counts(data, offsets, "json_string_lengths",
+                          lambda text: len(COMPACT_JSON.encode(text)))
 
 
 def _positions(values: Any, what: str, name: str) -> list[int]:
@@ -1246,25 +1260,6 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
         chars[r], flags[r], bad[r] = total, fl, unreadable_part
     return chars, flags, bad
 
-
-
-def json_string_lengths(data: Any, offsets: npt.NDArray[Any]) -> Int64Array:
-    """Chars of each string of an Arrow string array as compact JSON writes it: its code points,
-    the two quotes and what escaping adds (``json.dumps(s, ensure_ascii=False)``)."""
-    buf = np.frombuffer(data, dtype=np.uint8)
-    offsets = np.array(np.asarray(offsets), copy=True)  # read once: checked as it is used
-    _check_offsets(offsets, len(buf), "json_string_lengths")
-    raw = memoryview(buf.tobytes())
-    bounds = offsets.tolist()
-    out = np.zeros(len(bounds) - 1, dtype=np.int64)
-    for r in range(len(bounds) - 1):
-        start, end = bounds[r], bounds[r + 1]
-        try:
-            text = str(raw[start:end], "utf-8")
-        except UnicodeDecodeError as exc:
-            raise _utf8_error(r, start + exc.start) from None
-        out[r] = len(COMPACT_JSON.encode(text))
-    return out
 
 def role_codes_utf8(data: Any, offsets: npt.NDArray[Any]) -> npt.NDArray[np.int8]:
     """Role code of each string of an Arrow string array, without creating Python strings."""
