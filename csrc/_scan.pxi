@@ -995,8 +995,11 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
         view.release()
         raise ValueError("expected a flat, contiguous buffer of bytes")
     cdef const uint8_t[::1] buf = view.cast("B")
-    cdef const int64_t[::1] lo_a = np.ascontiguousarray(starts, dtype=np.int64)
-    cdef const int64_t[::1] hi_a = np.ascontiguousarray(stops, dtype=np.int64)
+    # Private copies: the bounds are checked here and read again without the GIL.
+    cdef const int64_t[::1] lo_a = np.array(np.ascontiguousarray(starts, dtype=np.int64),
+                                            copy=True)
+    cdef const int64_t[::1] hi_a = np.array(np.ascontiguousarray(stops, dtype=np.int64),
+                                            copy=True)
     cdef Py_ssize_t n = lo_a.shape[0], size = buf.shape[0], k, total = 0, longest = 0
     if hi_a.shape[0] != n:
         raise ValueError(f"starts and stops differ in length ({n} != {hi_a.shape[0]})")

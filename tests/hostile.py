@@ -625,6 +625,7 @@ def _user_code() -> int:
     return ROLE_CODES["user"]
 
 
+_LINES = b'{"messages":[{"role":"user","content":"hi"}]}\n'
 _WORDS = "héllo wörld"  # 11 code points, 13 bytes: offsets 0, 6, 13
 
 
@@ -773,6 +774,11 @@ CASES: dict[str, Callable[[Any], Any]] = {
     "trim-cut-many-offsets-that-wrap": _kernel_call(
         "trim_cut_many", np.array([0, 2, -2**31], dtype=np.int32), np.ones(2, dtype=np.uint8),
         np.ones(2, dtype=np.int64), 0, 0),
+    "reduce-lines-starts-flipped-by-a-thread": _flipping(
+        lambda k, starts: k.reduce_lines(_LINES, starts, [len(_LINES) - 1], (), -1, -1)[0]
+        .decode(), [0], 0, 0, 10**12,
+        {repr(_LINES.decode()), f"line 1000000000000..{len(_LINES) - 1} lies outside the "
+         f"buffer of {len(_LINES)} bytes"}),
     "json-nesting-around-the-native-limit": lambda kernel: [
         _json_pieces(deep_list(levels))(kernel)[1][1] == ascii(compact_json(deep_list(levels)))
         for levels in range(60, 70)],

@@ -205,6 +205,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
         "ValueError", "json_string_lengths: offsets must be non-decreasing and within 0..2"]),
     "trim-cut-many-offsets-that-wrap": ("value", [
         "ValueError", "trim_cut_many: offsets must be non-decreasing and within 0..2"]),
+    "reduce-lines-starts-flipped-by-a-thread": ("value", []),
     "json-nesting-around-the-native-limit": ("value", [True] * 10),
     # reduce_plan reads the fragment list as it is after a fragment's Python code emptied it,
     # and a protected kind is declined before ``protected`` is read.
