@@ -127,6 +127,7 @@ cdef extern from "utf8.h":
 __all__ = list(_kernel_py.__all__)
 
 IMPLEMENTATION = "cython"
+Utf8Error = _kernel_py.Utf8Error  # one class: an error is the same on both kernels
 cdef object _MEMBER_DESCRIPTOR = types.MemberDescriptorType
 cdef object _GETSET_DESCRIPTOR = types.GetSetDescriptorType
 GROUP_USER_TURN = CP_GROUP_USER_TURN
@@ -1971,7 +1972,8 @@ cdef object _string_counts(object data, object offsets, str what, bint json):
     if moved:
         raise ValueError(f"{what}: offsets must be non-decreasing and within 0..{limit}")
     if bad_row >= 0:
-        raise ValueError(f"invalid UTF-8 in string {bad_row} at byte {at + bad}")
+        raise Utf8Error(f"invalid UTF-8 in string {bad_row} at byte {at + bad}", bad_row,
+                        at + bad)
     return out_a
 
 
@@ -2399,8 +2401,8 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
         raise ValueError(f"part_chars: {PART_FIELDS[which]} offsets must be non-decreasing and "
                          f"within 0..{f[which].size}")
     if fault == 3:
-        raise ValueError(f"invalid UTF-8 in {PART_FIELDS[which]} of part {err_part} at byte "
-                         f"{ubad}")
+        raise Utf8Error(f"invalid UTF-8 in {PART_FIELDS[which]} of part {err_part} at byte "
+                        f"{ubad}", err_part, ubad)
     if fault == 4:
         raise ValueError("part_chars: extra must be >= 0, and a message's chars below 2**63")
     return chars_a, flags_a, bad_a

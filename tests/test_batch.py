@@ -732,3 +732,56 @@ def test_a_dictionarys_null_values_are_nulls():
         assert_rows_match(table, POLICY, out)
 
 
+
+
+def _not_utf8(values: list[bytes]) -> pa.Array:
+    # A string array over bytes Arrow was not asked to check (as an IPC or Parquet reader that
+    # skips validation can hand over).
+    offsets = np.concatenate([[0], np.cumsum([len(v) for v in values])]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(values),
+                                 [None, pa.py_buffer(offsets), pa.py_buffer(b"".join(values))])
+
+
+def _conversation_column(content: pa.Array, extra: dict | None = None) -> pa.Array:
+    n = len(content)
+    roles = pa.array(["user", "assistant"] * (n // 2) + ["user"] * (n % 2))
+    fields = {"role": roles, "content": content, **(extra or {})}
+    messages = pa.StructArray.from_arrays(list(fields.values()), names=list(fields))
+    return messages
+
+
+def test_bytes_that_are_not_utf8_are_an_error_naming_row_message_and_field():
+    # Row 2, message 1: the columnar counter stops there, and the error says where, on both
+    # kernels, in a chunked column (rows of later chunks are numbered in the table).
+    good = _conversation_column(pa.array(["a" * 600, "b" * 600]))
+    bad = _conversation_column(_not_utf8([b"ok", b"x" * 600, b"fine", b"h\xc3(i"]))
+    column = pa.chunked_array([
+        pa.ListArray.from_arrays(pa.array([0, 2], pa.int32()), good),
+        pa.ListArray.from_arrays(pa.array([0, 2, 4], pa.int32()), bad),
+    ])
+    with pytest.raises(ContextPlanError) as info:
+        reduce_table(pa.table({"messages": column}), POLICY)
+    assert info.value.codes == ["invalid-utf8"]
+    assert info.value.issues[0].path == "messages[2][1].content"
+    assert "not UTF-8" in info.value.issues[0].message
+
+
+def test_bytes_that_are_not_utf8_in_a_text_part_or_a_call_are_named_too():
+    text = _not_utf8([b"fine", b"\xff"])
+    parts = pa.StructArray.from_arrays([pa.array(["text", "text"]), text], names=["type", "text"])
+    content = pa.ListArray.from_arrays(pa.array([0, 1, 2], pa.int32()), parts)
+    column = pa.ListArray.from_arrays(pa.array([0, 2], pa.int32()),
+                                      _conversation_column(content))
+    with pytest.raises(ContextPlanError) as info:
+        reduce_table(pa.table({"messages": column}), POLICY)
+    assert [i.path for i in info.value.issues] == ["messages[0][1].content"]
+    function = pa.StructArray.from_arrays([pa.array(["f", "g"]), _not_utf8([b"{}", b"{\xe2}"])],
+                                          names=["name", "arguments"])
+    calls = pa.StructArray.from_arrays([pa.array(["c1", "c2"]), function],
+                                       names=["id", "function"])
+    tool_calls = pa.ListArray.from_arrays(pa.array([0, 0, 2], pa.int32()), calls)
+    column = pa.ListArray.from_arrays(pa.array([0, 2], pa.int32()), _conversation_column(
+        pa.array(["q", "a"]), {"tool_calls": tool_calls}))
+    with pytest.raises(ContextPlanError) as info:
+        reduce_table(pa.table({"messages": column}), POLICY)
+    assert [i.path for i in info.value.issues] == ["messages[0][1].tool_calls"]

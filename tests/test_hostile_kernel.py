@@ -178,7 +178,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
         "ValueError", "part_chars: text offsets must be non-decreasing and within 0..3"]),
     "part-chars-short-text-offsets": ("value", ["ValueError",
                                                 "part_chars: expected 3 text offsets, got 2"]),
-    "part-chars-invalid-utf-8": ("value", ["ValueError",
+    "part-chars-invalid-utf-8": ("value", ["Utf8Error",
                                            "invalid UTF-8 in text of part 1 at byte 2"]),
     "part-chars-int64-kinds": ("value", ["TypeError",
                                          "part_chars: expected a 1-d int8 array of kinds"]),
@@ -197,7 +197,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "reduce-rows-offsets-flipped-by-a-thread": ("value", []),
     "group-offsets-flags-flipped-by-a-thread": ("value", []),
     "json-string-lengths-offsets-flipped-by-a-thread": ("value", []),
-    "json-string-lengths-invalid-utf-8": ("value", ["ValueError",
+    "json-string-lengths-invalid-utf-8": ("value", ["Utf8Error",
                                                     "invalid UTF-8 in string 1 at byte 2"]),
     "utf8-lengths-offsets-that-wrap": ("value", [
         "ValueError", "utf8_lengths: offsets must be non-decreasing and within 0..2"]),

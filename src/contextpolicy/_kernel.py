@@ -60,6 +60,7 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     PART_FIELDS = _impl.PART_FIELDS
     string_codes = _impl.string_codes
     json_string_lengths = _impl.json_string_lengths
+    Utf8Error = _impl.Utf8Error
 
 COMPILED: bool
 

@@ -90,6 +90,7 @@ __all__ = [
     "PART_FIELDS",
     "string_codes",
     "json_string_lengths",
+    "Utf8Error",
 ]
 
 IMPLEMENTATION = "python"
@@ -955,8 +956,17 @@ def _check_offsets(offsets: npt.NDArray[Any], limit: int, what: str) -> None:
         raise ValueError(f"{what}: offsets must be non-decreasing and within 0..{limit}")
 
 
-def _utf8_error(row: int, pos: int) -> ValueError:
-    return ValueError(f"invalid UTF-8 in string {row} at byte {pos}")
+class Utf8Error(ValueError):
+    """Bytes that are not UTF-8: ``index`` is the string's (or part's) place in the array it was
+    read from, ``byte`` the absolute offset of the first byte of the invalid sequence."""
+
+    def __init__(self, message: str, index: int, byte: int) -> None:
+        super().__init__(message)
+        self.index, self.byte = index, byte
+
+
+def _utf8_error(row: int, pos: int) -> Utf8Error:
+    return Utf8Error(f"invalid UTF-8 in string {row} at byte {pos}", row, pos)
 
 
 def _string_counts(data: Any, offsets: Any, what: str,
@@ -1251,8 +1261,8 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
             try:
                 count = len(str(raw[lo:hi], "utf-8"))
             except UnicodeDecodeError as exc:
-                raise ValueError(f"invalid UTF-8 in {PART_FIELDS[x]} of part {p} at byte "
-                                 f"{lo + exc.start}") from None
+                raise Utf8Error(f"invalid UTF-8 in {PART_FIELDS[x]} of part {p} at byte "
+                                f"{lo + exc.start}", p, lo + exc.start) from None
             if count > 2**63 - 1 - total:
                 raise ValueError("part_chars: extra must be >= 0, and a message's chars "
                                  "below 2**63")

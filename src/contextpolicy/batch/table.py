@@ -650,11 +650,49 @@ def _rows_messages(arr: Any, rows: Any, column: str, json_fields: set[str]) -> l
     if not len(rows):
         return []
     # Row by row: a take of the rows first would copy their (often long) values once more.
-    out = [arr[row].as_py() for row in rows.tolist()]
+    try:
+        out = [arr[row].as_py() for row in rows.tolist()]
+    except UnicodeDecodeError as exc:
+        raise _invalid_utf8(arr, column) or exc from None
     if json_fields:
         for row, messages in zip(rows.tolist(), out, strict=True):
             _parse_json_fields(messages, row, column, json_fields)
     return out
+
+
+def _invalid_utf8(arr: Any, column: str) -> ContextPlanError | None:
+    """The first place of ``arr`` (a chunk of the column) holding bytes that are not UTF-8, as
+    a ``ContextPlanError`` naming the row, the message and the field (found by decoding row by
+    row, then message by message and field by field: this runs only once an error was seen)."""
+
+    def invalid(part: Any) -> str | None:
+        try:
+            part.to_pylist()
+        except UnicodeDecodeError as exc:
+            return f"{exc.reason} at byte {exc.start} of a string"
+        return None
+
+    for row in range(len(arr)):
+        one = arr.slice(row, 1)
+        reason = invalid(one)
+        if reason is None:
+            continue
+        path = f"{column}[{row}]"
+        messages = one.flatten()
+        for i in range(len(messages)):
+            message = messages.slice(i, 1)
+            if invalid(message) is None:
+                continue
+            path = f"{column}[{row}][{i}]"
+            for field in message.type:
+                where = invalid(message.field(field.name))
+                if where is not None:
+                    path, reason = f"{path}.{field.name}", where
+                    break
+            break
+        return ContextPlanError(f"holds bytes that are not UTF-8 ({reason})", path=path,
+                                code="invalid-utf8")
+    return None
 
 
 def _parse_json_fields(messages: Any, row: int, column: str, json_fields: set[str]) -> None:
@@ -985,7 +1023,10 @@ class _Chunk:
             )
         n = len(arr)
         json_fields = _json_fields(t.value_type)
-        measured = _Measured(arr, column) if run.steps is not None else None
+        try:
+            measured = _Measured(arr, column) if run.steps is not None else None
+        except _kernel.Utf8Error as exc:
+            raise _invalid_utf8(arr, column) or exc from None
         if measured is None:
             slow = np.ones(n, dtype=bool)
             offs, values = _offsets(arr)
