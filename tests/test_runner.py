@@ -521,3 +521,44 @@ def test_a_failing_range_in_a_thread_is_the_callers_error(corpus, monkeypatch):
     with pytest.raises(RuntimeError, match="a range failed"):
         outcome(corpus, 4_000, 2)
     assert contextpolicy_threads() == []
+
+
+def test_a_pool_whose_terminate_hangs_is_stopped_anyway(monkeypatch):
+    # Pool.terminate() can wait for good on a pipe a killed worker left half written: past the
+    # wait, the workers are killed and the pipes closed, which ends the waiting thread.
+    import threading
+
+    from contextpolicy.jsonl import runner
+
+    class End:
+        closed = False
+
+        def close(self):
+            self.closed = True
+
+    class Channel:
+        def __init__(self):
+            self._reader, self._writer = End(), End()
+
+    class Worker:
+        killed = False
+
+        def kill(self):
+            self.killed = True
+
+    class HangingPool:
+        def __init__(self):
+            self._pool, self._inqueue, self._outqueue = [Worker(), Worker()], Channel(), Channel()
+
+        def terminate(self):  # blocked until its pipe is closed under it
+            while not self._inqueue._reader.closed:
+                threading.Event().wait(0.01)
+
+    monkeypatch.setattr(runner, "_TERMINATE_WAIT", 0.2)
+    pool = HangingPool()
+    before = threading.active_count()
+    runner._terminate(pool)
+    assert all(w.killed for w in pool._pool)
+    assert all(getattr(c, end).closed for c in (pool._inqueue, pool._outqueue)
+               for end in ("_reader", "_writer"))
+    assert threading.active_count() == before  # the thread that waited has ended

@@ -1020,9 +1020,47 @@ def _in_workers(
                 yield from absolute(*pending.popleft().get())
                 if on_batch is not None:
                     on_batch()
-        except BaseException:
-            pool.terminate()
+        except GeneratorExit:
+            # The consumer stopped early: the batches in flight (a few per worker) finish and
+            # the workers stop on their own. Terminating them mid-write can leave the pool's
+            # task or result thread blocked on a pipe for good.
+            pool.close()
+            if all(_finished(r) for r in pending):
+                pool.join()
+            else:
+                _terminate(pool)
             raise
+        except BaseException:
+            _terminate(pool)
+            raise
+
+
+_POOL_GRACE = 30.0  # seconds a batch in flight may take to finish once the consumer stopped
+_TERMINATE_WAIT = 10.0  # seconds pool.terminate() may take before the workers are killed
+
+
+def _finished(result: Any) -> bool:
+    result.wait(_POOL_GRACE)
+    return bool(result.ready())
+
+
+def _terminate(pool: Any) -> None:
+    """``pool.terminate()``, which can wait for good on a pipe a killed worker left half
+    written: run in a daemon thread and, past a few seconds, the workers killed and the pipes
+    closed, which ends the pool's threads."""
+    stopper = threading.Thread(target=pool.terminate, daemon=True)
+    stopper.start()
+    stopper.join(_TERMINATE_WAIT)
+    if stopper.is_alive():
+        for process in list(getattr(pool, "_pool", [])):
+            with contextlib.suppress(Exception):
+                process.kill()
+        for end in ("_inqueue", "_outqueue"):
+            channel = getattr(pool, end, None)
+            for pipe in ("_reader", "_writer"):
+                with contextlib.suppress(Exception):
+                    getattr(channel, pipe).close()
+        stopper.join(_TERMINATE_WAIT)
 
 
 class _Child:
