@@ -110,7 +110,8 @@ def extensions():
         "contextpolicy._kernel_c",
         ["csrc/_kernel_c.pyx"],
         include_dirs=["csrc", _tables_header()],
-        depends=[os.path.join(GENERATED, "_tables.h"), "csrc/utf8.h", "csrc/scan.h", "csrc/_scan.pxi"],
+        depends=[os.path.join(GENERATED, "_tables.h"), "csrc/utf8.h", "csrc/scan.h", "csrc/pool.h",
+                 "csrc/_scan.pxi"],
         extra_compile_args=_compile_args(),
         extra_link_args=_link_args(),
     )

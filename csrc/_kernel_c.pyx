@@ -13,6 +13,7 @@ from cpython.list cimport PyList_Check, PyList_CheckExact
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_CheckExact
 from cpython.object cimport PyTypeObject
+from cpython.pycapsule cimport PyCapsule_GetPointer, PyCapsule_New
 from cpython.ref cimport PyObject
 from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_FromObject
@@ -21,6 +22,7 @@ from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import json
+import time
 import types
 
 import numpy as np
@@ -122,6 +124,18 @@ cdef extern from *:
 
 cdef extern from "utf8.h":
     int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad) nogil
+
+cdef extern from "pool.h":
+    ctypedef struct cp_pool_handler:
+        pass
+    cp_pool_handler cp_pool_the_handler
+    void cp_pool_trim(double now, double idle)
+    int cp_pool_count
+    size_t cp_pool_bytes
+    int64_t cp_pool_hits, cp_pool_misses
+    double CP_POOL_IDLE
+    size_t CP_POOL_LIMIT
+    size_t CP_POOL_MIN
 
 # The twin's names: it is the type surface, and a test checks that each one is defined here.
 __all__ = list(_kernel_py.__all__)
@@ -1998,6 +2012,77 @@ cdef object _as_positions(object values, str what, str name):
     if values.dtype.kind == "u" and values.size and int(values.max()) >= 1 << 63:
         raise ValueError(f"{what}: {name} must be below 2**63")
     return np.array(values, dtype=np.int64, order="C", copy=True)
+
+
+# numpy's memory handler for the columnar path (pool.h): found in numpy's C API table, as
+# numpy's own import_array() finds it (PyDataMem_SetHandler, numpy >= 1.22).
+ctypedef object (*_set_handler_t)(object)
+cdef _set_handler_t _numpy_set_handler = NULL
+cdef object _POOL_CAPSULE = None
+
+
+cdef _find_numpy_handler():
+    global _numpy_set_handler, _POOL_CAPSULE
+    try:
+        from numpy._core import _multiarray_umath as umath
+    except ImportError:
+        from numpy.core import _multiarray_umath as umath
+    cdef void **table = <void **>PyCapsule_GetPointer(umath._ARRAY_API, NULL)
+    if (<unsigned int (*)() noexcept>table[211])() < 0xf:  # the C API of numpy 1.22
+        return
+    _POOL_CAPSULE = PyCapsule_New(<void *>&cp_pool_the_handler, "mem_handler", NULL)
+    _numpy_set_handler = <_set_handler_t>table[304]
+
+
+try:
+    _find_numpy_handler()
+except Exception:  # no handler API: arrays are numpy's own, as on the twin
+    _numpy_set_handler = NULL
+
+
+@cython.final
+cdef class pooled_arrays:
+    """``with pooled_arrays():`` numpy's arrays of 64 KiB or more created in this context
+    take their memory from a pool that keeps freed blocks (up to 512 MiB) for the next array,
+    so the columnar path does not fault every page of its temporaries in again; blocks idle
+    for two seconds are given back when a pooled section begins or ends. Arrays keep working
+    after the section (their blocks return to the pool when freed). Not reentrant per object;
+    the twin's does nothing."""
+
+    cdef object _previous
+    cdef bint _entered
+
+    def __enter__(self):
+        if self._entered:
+            raise RuntimeError("pooled_arrays: this section is already entered")
+        if _numpy_set_handler != NULL:
+            cp_pool_trim(time.monotonic(), CP_POOL_IDLE)
+            self._previous = _numpy_set_handler(_POOL_CAPSULE)
+        self._entered = True
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if not self._entered:
+            return False
+        self._entered = False
+        if self._previous is not None:
+            previous, self._previous = self._previous, None
+            _numpy_set_handler(previous)
+            cp_pool_trim(time.monotonic(), CP_POOL_IDLE)
+        return False
+
+
+def pool_stats():
+    """The pool's state: ``{"active": bool, "blocks", "bytes", "hits", "misses", "limit"}``
+    (blocks and bytes held now; hits and misses: requests of 64 KiB or more since import)."""
+    return {"active": _numpy_set_handler != NULL, "blocks": cp_pool_count,
+            "bytes": cp_pool_bytes, "hits": cp_pool_hits, "misses": cp_pool_misses,
+            "limit": CP_POOL_LIMIT}
+
+
+def release_pool():
+    """Give back every block the pool holds."""
+    cp_pool_trim(time.monotonic(), -1.0)
 
 
 def gather_bytes(src, starts, stops, out):

@@ -390,6 +390,36 @@ def test_many_rows_match_row_by_row():
     assert_rows_match(table, policy, out)
 
 
+def test_the_pool_serves_the_next_call_and_is_given_back():
+    from contextpolicy import _kernel
+    from contextpolicy.batch import release_memory
+
+    try:
+        from numpy._core.multiarray import get_handler_name
+    except ImportError:  # numpy 1.x
+        from numpy.core.multiarray import get_handler_name
+    rows = chat_rows() * 4000  # large enough for blocks of 64 KiB and more
+    table = pa.table({"messages": pa.array(rows, type=pa.list_(MESSAGE))})
+    release_memory()
+    first = reduce_table(table, POLICY)
+    after_first = _kernel.pool_stats()
+    again = reduce_table(table, POLICY)
+    after_again = _kernel.pool_stats()
+    assert again.table.equals(first.table) and again.figures.equals(first.figures)
+    assert get_handler_name() != "contextpolicy_pool"  # numpy's own again after a call
+    if _kernel.COMPILED:
+        assert after_first["blocks"] > 0  # the temporaries' blocks, kept for the next call
+        assert after_again["hits"] > after_first["hits"]
+        # The output's buffers are the pool's and outlive the call: freed, they return to it.
+        held = after_again["bytes"]
+        del first, again
+        assert _kernel.pool_stats()["bytes"] > held
+    else:
+        assert after_first == after_again == _kernel.pool_stats()
+    release_memory()
+    assert _kernel.pool_stats()["bytes"] == 0 and _kernel.pool_stats()["blocks"] == 0
+
+
 def test_pieces_side_by_side_mean_the_same(monkeypatch):
     import contextpolicy.batch.table as table_module
 

@@ -61,6 +61,9 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     string_codes = _impl.string_codes
     json_string_lengths = _impl.json_string_lengths
     Utf8Error = _impl.Utf8Error
+    pooled_arrays = _impl.pooled_arrays
+    pool_stats = _impl.pool_stats
+    release_pool = _impl.release_pool
 
 COMPILED: bool
 

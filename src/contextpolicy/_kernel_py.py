@@ -91,6 +91,9 @@ __all__ = [
     "string_codes",
     "json_string_lengths",
     "Utf8Error",
+    "pooled_arrays",
+    "pool_stats",
+    "release_pool",
 ]
 
 IMPLEMENTATION = "python"
@@ -1013,6 +1016,33 @@ def _positions(values: Any, what: str, name: str) -> list[int]:
     if values.dtype.kind == "u" and values.size and int(values.max()) >= 1 << 63:
         raise ValueError(f"{what}: {name} must be below 2**63")
     return [int(v) for v in values.astype(np.int64).tolist()]
+
+
+class pooled_arrays:
+    """``with pooled_arrays():`` on the compiled kernel, numpy's large arrays created in the
+    section come from a pool that keeps freed blocks for the next one; here numpy's own
+    allocator serves them (the results are the same)."""
+
+    def __init__(self) -> None:
+        self._entered = False
+
+    def __enter__(self) -> pooled_arrays:
+        if self._entered:
+            raise RuntimeError("pooled_arrays: this section is already entered")
+        self._entered = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._entered = False
+
+
+def pool_stats() -> dict[str, Any]:
+    """The pool's state (the twin has none)."""
+    return {"active": False, "blocks": 0, "bytes": 0, "hits": 0, "misses": 0, "limit": 0}
+
+
+def release_pool() -> None:
+    """Give back every block the pool holds (the twin holds none)."""
 
 
 def gather_bytes(src: Any, starts: Any, stops: Any, out: Any) -> None:

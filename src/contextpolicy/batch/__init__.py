@@ -6,6 +6,6 @@ engines that run over many machines call in here. pyarrow is an optional extra, 
 when this layer is used (``pip install contextpolicy[arrow]``).
 """
 
-from .table import FIGURE_COLUMNS, Reduced, figures_schema, reduce_table
+from .table import FIGURE_COLUMNS, Reduced, figures_schema, reduce_table, release_memory
 
-__all__ = ["FIGURE_COLUMNS", "Reduced", "figures_schema", "reduce_table"]
+__all__ = ["FIGURE_COLUMNS", "Reduced", "figures_schema", "reduce_table", "release_memory"]

@@ -942,14 +942,14 @@ def _index_runs(indices: Any) -> tuple[Any, Any]:
 
 
 def _copy(data: Any, byte_starts: Any, byte_stops: Any) -> Any:
-    """The byte ranges of ``data`` in one new Arrow buffer (from Arrow's memory pool, which
-    keeps its pages between calls where a fresh allocation would fault each one in)."""
-    pa = _pa()
+    """The byte ranges of ``data`` in one new Arrow buffer: a numpy array's, so that inside a
+    pooled section (``_kernel.pooled_arrays``) its memory comes from the kernel's pool, whose
+    blocks keep their pages between calls where a fresh allocation faults each one in."""
     size = int((byte_stops - byte_starts).sum())
-    out = pa.allocate_buffer(size)
+    out = np.empty(size, dtype=np.uint8)
     if size:
         _kernel.gather_bytes(data, byte_starts, byte_stops, out)
-    return out
+    return _pa().py_buffer(out)
 
 
 _BYTES_TYPES = ("is_string", "is_large_string", "is_binary", "is_large_binary")
@@ -1270,7 +1270,9 @@ def reduce_table(
     def one(piece: tuple[int, Any]) -> _Chunk:
         at, arr = piece
         try:
-            return _Chunk(run, arr, column)
+            # numpy's large arrays from the kernel's pool (a context variable: per thread).
+            with _kernel.pooled_arrays():
+                return _Chunk(run, arr, column)
         except ContextPlanError as exc:
             raise (_shift_rows(exc, column, at) if at else exc) from None
 
@@ -1282,7 +1284,8 @@ def reduce_table(
     else:
         done = [one(p) for p in pieces] if chunks else []
     chunks = [arr for _, arr in pieces]
-    figures = _figures(done, run)
+    with _kernel.pooled_arrays():
+        figures = _figures(done, run)
     if is_batch:
         arrays = list(table.columns)
         arrays[where] = done[0].messages if done else data
@@ -1295,6 +1298,17 @@ def reduce_table(
         return Reduced(table, figures)
     new = pa.chunked_array([c.messages for c in done], type=data.type)
     return Reduced(table.set_column(where, table.schema.field(where), new), figures)
+
+
+def release_memory() -> None:
+    """Give back the blocks the compiled kernel's pool holds for the next call.
+
+    Inside ``reduce_table`` numpy's large arrays (the temporaries over every message, the
+    output's copied buffers) take their memory from a pool that keeps freed blocks, up to 512
+    MiB, so that the next call, or the next record batch of a stream, does not fault every
+    page in again. Blocks that wait two seconds are given back when a call begins or ends;
+    this gives back all of them now (after the last table of a long-running process, say)."""
+    _kernel.release_pool()
 
 
 def _shift_rows(exc: ContextPlanError, column: str, offset: int) -> ContextPlanError:
