@@ -22,7 +22,6 @@ from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import json
-import time
 import types
 
 import numpy as np
@@ -124,12 +123,13 @@ cdef extern from *:
 
 cdef extern from "utf8.h":
     int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad) nogil
+    int64_t cp_utf8_count_in(const uint8_t *p, int64_t n, int64_t avail, int64_t *bad) nogil
 
 cdef extern from "pool.h":
     ctypedef struct cp_pool_handler:
         pass
     cp_pool_handler cp_pool_the_handler
-    void cp_pool_trim(double now, double idle)
+    void cp_pool_trim(double idle)
     int cp_pool_count
     size_t cp_pool_bytes
     int64_t cp_pool_hits, cp_pool_misses
@@ -1977,7 +1977,7 @@ cdef object _string_counts(object data, object offsets, str what, bint json):
             if a == b:
                 out[r] = 2 if json else 0
                 continue
-            count = cp_utf8_count(base + a, b - a, &bad)
+            count = cp_utf8_count_in(base + a, b - a, limit - a, &bad)
             if count < 0:
                 bad_row = r
                 at = a
@@ -2017,12 +2017,14 @@ cdef object _as_positions(object values, str what, str name):
 # numpy's memory handler for the columnar path (pool.h): found in numpy's C API table, as
 # numpy's own import_array() finds it (PyDataMem_SetHandler, numpy >= 1.22).
 ctypedef object (*_set_handler_t)(object)
+ctypedef object (*_get_handler_t)()
 cdef _set_handler_t _numpy_set_handler = NULL
+cdef _get_handler_t _numpy_get_handler = NULL
 cdef object _POOL_CAPSULE = None
 
 
 cdef _find_numpy_handler():
-    global _numpy_set_handler, _POOL_CAPSULE
+    global _numpy_set_handler, _numpy_get_handler, _POOL_CAPSULE
     try:
         from numpy._core import _multiarray_umath as umath
     except ImportError:
@@ -2031,6 +2033,7 @@ cdef _find_numpy_handler():
     if (<unsigned int (*)() noexcept>table[211])() < 0xf:  # the C API of numpy 1.22
         return
     _POOL_CAPSULE = PyCapsule_New(<void *>&cp_pool_the_handler, "mem_handler", NULL)
+    _numpy_get_handler = <_get_handler_t>table[305]
     _numpy_set_handler = <_set_handler_t>table[304]
 
 
@@ -2044,10 +2047,12 @@ except Exception:  # no handler API: arrays are numpy's own, as on the twin
 cdef class pooled_arrays:
     """``with pooled_arrays():`` numpy's arrays of 64 KiB or more created in this context
     take their memory from a pool that keeps freed blocks (up to 512 MiB) for the next array,
-    so the columnar path does not fault every page of its temporaries in again; blocks idle
-    for two seconds are given back when a pooled section begins or ends. Arrays keep working
-    after the section (their blocks return to the pool when freed). Not reentrant per object;
-    the twin's does nothing."""
+    so the columnar path does not fault every page of its temporaries in again; blocks that
+    have waited two seconds are given back when a pooled section begins or ends, all of them
+    when an allocation fails. Arrays keep working after the section (their blocks return to
+    the pool when freed). A section is left in the context that entered it; one left out of
+    order, or elsewhere, restores nothing it did not set. Not reentrant per object; the twin's
+    does nothing."""
 
     cdef object _previous
     cdef bint _entered
@@ -2056,7 +2061,7 @@ cdef class pooled_arrays:
         if self._entered:
             raise RuntimeError("pooled_arrays: this section is already entered")
         if _numpy_set_handler != NULL:
-            cp_pool_trim(time.monotonic(), CP_POOL_IDLE)
+            cp_pool_trim(CP_POOL_IDLE)
             self._previous = _numpy_set_handler(_POOL_CAPSULE)
         self._entered = True
         return self
@@ -2067,8 +2072,11 @@ cdef class pooled_arrays:
         self._entered = False
         if self._previous is not None:
             previous, self._previous = self._previous, None
-            _numpy_set_handler(previous)
-            cp_pool_trim(time.monotonic(), CP_POOL_IDLE)
+            # Only where the pool is still this context's handler: a section left out of
+            # order, or in another thread or context, changes nothing it did not set.
+            if _numpy_get_handler() is _POOL_CAPSULE:
+                _numpy_set_handler(previous)
+            cp_pool_trim(CP_POOL_IDLE)
         return False
 
 
@@ -2082,7 +2090,7 @@ def pool_stats():
 
 def release_pool():
     """Give back every block the pool holds."""
-    cp_pool_trim(time.monotonic(), -1.0)
+    cp_pool_trim(-1.0)
 
 
 def gather_bytes(src, starts, stops, out):
@@ -2311,6 +2319,228 @@ def string_codes(data, offsets, names, nulls=None):
     return out_a
 
 
+cdef extern from *:
+    """
+    /* A 64-bit hash of n bytes, eight at a time. */
+    static inline uint64_t cp_hash_bytes(const uint8_t *p, int64_t n)
+    {
+        uint64_t h = 0x243F6A8885A308D3ULL ^ (uint64_t)n;
+        int64_t i = 0;
+        for (; i + 8 <= n; i += 8) {
+            uint64_t w;
+            memcpy(&w, p + i, 8);
+            h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+            h ^= h >> 29;
+        }
+        if (i < n) {
+            uint64_t w = 0;
+            memcpy(&w, p + i, (size_t)(n - i));
+            h = (h ^ w) * 0x9E3779B97F4A7C15ULL;
+            h ^= h >> 29;
+        }
+        h *= 0xBF58476D1CE4E5B9ULL;
+        return h ^ (h >> 31);
+    }
+    """
+    uint64_t cp_hash_bytes(const uint8_t* p, int64_t n) noexcept nogil
+
+
+cdef struct _IdSource:
+    const uint8_t* data
+    int64_t size
+    _Offs offs
+    Py_ssize_t n
+    const uint8_t* nulls
+    const int64_t* at
+    Py_ssize_t count
+    int64_t* codes
+
+
+def string_ids(sources):
+    """Codes for the strings of several Arrow string arrays, equal strings one code: in order
+    of first appearance over the sources in turn, -1 for a null. ``sources``: a tuple of
+    ``(data, offsets, nulls or None, at or None)``, ``at`` the positions of the strings to code
+    (all of them for None). Returns ``(codes, first_source, first_index)``: a tuple of int64
+    arrays, one per source, and for each code the source and the position in it of its first
+    string."""
+    if type(sources) is not tuple:
+        raise TypeError("string_ids: sources must be a tuple of (data, offsets, nulls, at)")
+    cdef Py_ssize_t ns = len(sources), s, r, j, total = 0
+    keep = []  # every buffer and private copy the loop below reads
+    cdef _IdSource* src = <_IdSource*>calloc(ns if ns else 1, sizeof(_IdSource))
+    if src == NULL:
+        raise MemoryError()
+    cdef const uint8_t[::1] buf
+    cdef const uint8_t[::1] nul
+    cdef const int64_t[::1] at
+    cdef int64_t[::1] out
+    cdef const uint8_t** first_ptr = NULL
+    cdef int64_t* first_len = NULL
+    cdef uint64_t* first_hash = NULL
+    cdef int64_t* slots = NULL
+    cdef uint64_t cap = 1, mask, h, pos
+    cdef int64_t a, b, code, ncodes = 0, bad_source = -1
+    cdef const uint8_t* p
+    cdef int64_t[::1] fsrc
+    cdef int64_t[::1] fidx
+    codes = []
+    try:
+        for s in range(ns):
+            item = sources[s]
+            if type(item) is not tuple or len(item) != 4:
+                raise TypeError(f"string_ids: source {s} must be a tuple of "
+                                f"(data, offsets, nulls, at)")
+            data, offsets, nulls, positions = item
+            buf_a = np.frombuffer(data, dtype=np.uint8)
+            buf = buf_a
+            o_a = _offsets_array(offsets, -1, "string_ids", "offsets")
+            keep += [buf_a, o_a]
+            _bind_offsets(&src[s].offs, o_a)
+            src[s].data = &buf[0] if buf.shape[0] else NULL
+            src[s].size = buf.shape[0]
+            src[s].n = o_a.shape[0] - 1
+            if nulls is not None:
+                nulls_a = _flags_array(nulls, src[s].n, "string_ids", "nulls")
+                nul = nulls_a
+                keep.append(nulls_a)
+                src[s].nulls = &nul[0] if nul.shape[0] else NULL
+            if positions is not None:
+                at_a = _as_positions(positions, "string_ids", "positions")
+                at = at_a
+                keep.append(at_a)
+                for j in range(at.shape[0]):
+                    if at[j] < 0 or at[j] >= src[s].n:
+                        raise ValueError(f"string_ids: position {at[j]} of source {s} is "
+                                         f"outside 0..{src[s].n - 1}")
+                src[s].at = &at[0] if at.shape[0] else NULL
+                src[s].count = at.shape[0]
+            else:
+                src[s].count = src[s].n
+            code_a = np.empty(src[s].count, dtype=np.int64)
+            codes.append(code_a)
+            out = code_a
+            src[s].codes = &out[0] if out.shape[0] else NULL
+            total += src[s].count
+        while cap < <uint64_t>(2 * total + 2):
+            cap <<= 1
+        mask = cap - 1
+        slots = <int64_t*>calloc(cap, sizeof(int64_t))
+        first_ptr = <const uint8_t**>malloc((total + 1) * sizeof(uint8_t*))
+        first_len = <int64_t*>malloc((total + 1) * sizeof(int64_t))
+        first_hash = <uint64_t*>malloc((total + 1) * sizeof(uint64_t))
+        first_src_a = np.empty(total, dtype=np.int64)
+        first_idx_a = np.empty(total, dtype=np.int64)
+        if slots == NULL or first_ptr == NULL or first_len == NULL or first_hash == NULL:
+            raise MemoryError()
+        fsrc = first_src_a
+        fidx = first_idx_a
+        with nogil:
+            for s in range(ns):
+                for j in range(src[s].count):
+                    r = src[s].at[j] if src[s].at != NULL else j
+                    if src[s].nulls != NULL and src[s].nulls[r]:
+                        src[s].codes[j] = -1
+                        continue
+                    a = _off(&src[s].offs, r)
+                    b = _off(&src[s].offs, r + 1)
+                    if a < 0 or a > b or b > src[s].size:
+                        bad_source = s
+                        break
+                    p = src[s].data + a if b > a else <const uint8_t*>""
+                    h = cp_hash_bytes(p, b - a)
+                    pos = h & mask
+                    while True:
+                        code = slots[pos] - 1
+                        if code < 0:
+                            code = ncodes
+                            ncodes += 1
+                            slots[pos] = code + 1
+                            first_ptr[code] = p
+                            first_len[code] = b - a
+                            first_hash[code] = h
+                            fsrc[code] = s
+                            fidx[code] = r
+                            break
+                        if (first_hash[code] == h and first_len[code] == b - a and (
+                                b == a or memcmp(first_ptr[code], p, <size_t>(b - a)) == 0)):
+                            break
+                        pos = (pos + 1) & mask
+                    src[s].codes[j] = code
+                if bad_source >= 0:
+                    break
+        if bad_source >= 0:
+            raise ValueError(f"string_ids: the offsets of source {bad_source} must be "
+                             f"non-decreasing and within its data")
+        return tuple(codes), first_src_a[:ncodes].copy(), first_idx_a[:ncodes].copy()
+    finally:
+        free(src)
+        free(slots)
+        free(<void*>first_ptr)
+        free(first_len)
+        free(first_hash)
+
+
+def arrange_ids(messages, codes):
+    """Items of several sources merged by message: ``messages[s][j]`` is the message of item
+    ``j`` of source ``s`` (non-decreasing in each source) and ``codes[s][j]`` its code. Within
+    a message the items of the first source come first, each source's in their order (a
+    stable sort by message of the sources in turn). Returns ``(messages, codes)``, merged."""
+    if type(messages) is not tuple or type(codes) is not tuple or len(messages) != len(codes):
+        raise TypeError("arrange_ids: messages and codes must be tuples of one length")
+    cdef Py_ssize_t ns = len(messages), s, j, best, total = 0
+    private = []
+    cdef const int64_t[::1] mv
+    for s in range(ns):
+        msg_a = _as_positions(messages[s], "arrange_ids", "messages")
+        code_a = _as_positions(codes[s], "arrange_ids", "codes")
+        if msg_a.shape[0] != code_a.shape[0]:
+            raise ValueError(f"arrange_ids: source {s} has {msg_a.shape[0]} messages but "
+                             f"{code_a.shape[0]} codes")
+        mv = msg_a
+        for j in range(mv.shape[0]):
+            if mv[j] < 0 or (j and mv[j] < mv[j - 1]):
+                raise ValueError(f"arrange_ids: the messages of source {s} must be >= 0 and "
+                                 f"non-decreasing")
+        private.append((msg_a, code_a))
+        total += msg_a.shape[0]
+    out_msg_a = np.empty(total, dtype=np.int64)
+    out_code_a = np.empty(total, dtype=np.int64)
+    if ns == 0 or total == 0:
+        return out_msg_a, out_code_a
+    cdef int64_t[::1] out_msg = out_msg_a
+    cdef int64_t[::1] out_code = out_code_a
+    cdef const int64_t** msg = <const int64_t**>calloc(ns, sizeof(int64_t*))
+    cdef const int64_t** code = <const int64_t**>calloc(ns, sizeof(int64_t*))
+    cdef Py_ssize_t* at = <Py_ssize_t*>calloc(ns, sizeof(Py_ssize_t))
+    cdef Py_ssize_t* size = <Py_ssize_t*>calloc(ns, sizeof(Py_ssize_t))
+    cdef const int64_t[::1] cv
+    try:
+        if msg == NULL or code == NULL or at == NULL or size == NULL:
+            raise MemoryError()
+        for s in range(ns):
+            mv = private[s][0]
+            cv = private[s][1]
+            size[s] = mv.shape[0]
+            if size[s]:
+                msg[s] = &mv[0]
+                code[s] = &cv[0]
+        with nogil:
+            for j in range(total):
+                best = -1
+                for s in range(ns):
+                    if at[s] < size[s] and (best < 0 or msg[s][at[s]] < msg[best][at[best]]):
+                        best = s
+                out_msg[j] = msg[best][at[best]]
+                out_code[j] = code[best][at[best]]
+                at[best] += 1
+        return out_msg_a, out_code_a
+    finally:
+        free(<void*>msg)
+        free(<void*>code)
+        free(at)
+        free(size)
+
+
 cdef object _flags_array(object values, Py_ssize_t n, str what, str name):
     # A private uint8 copy of a 1-d bool array of n entries.
     values = np.asarray(values)
@@ -2464,7 +2694,7 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
                     break
                 if lo == hi:
                     continue
-                count = cp_utf8_count(f[x].data + lo, hi - lo, &ubad)
+                count = cp_utf8_count_in(f[x].data + lo, hi - lo, f[x].size - lo, &ubad)
                 if count < 0:
                     fault = 3
                     which = x

@@ -19,8 +19,11 @@
  *   (its own small-block cache relies on the same). Called without it, or on a build without
  *   a GIL, the handler does plain malloc and free, so it is never unsafe.
  * - A new block of 4 MiB or more is advised to use huge pages, as numpy's allocator does.
- * - Blocks that wait longer than CP_POOL_IDLE seconds are given back when a pooled section
- *   begins or ends (cp_pool_trim), and cp_pool_release gives back all of them.
+ * - Blocks that have waited longer than CP_POOL_IDLE seconds since they were freed are given
+ *   back when a pooled section begins or ends (cp_pool_trim), all of them when an allocation
+ *   fails (then tried again) and when asked (release_pool). Nothing runs between calls: after
+ *   the last one the pool keeps what it holds until the process ends or it is released.
+ * - A realloc that shrinks a block below half its capacity moves it to a smaller one.
  */
 #ifndef CONTEXTPOLICY_POOL_H
 #define CONTEXTPOLICY_POOL_H
@@ -31,6 +34,11 @@
 #include <string.h>
 #if defined(__linux__)
 #include <sys/mman.h>
+#endif
+#if defined(_WIN32)
+#include <windows.h>
+#else
+#include <time.h>
 #endif
 
 typedef struct {
@@ -67,17 +75,38 @@ static size_t cp_pool_cap[CP_POOL_SLOTS];
 static double cp_pool_since[CP_POOL_SLOTS];
 static int cp_pool_count = 0;
 static size_t cp_pool_bytes = 0;
-static double cp_pool_now = 0.0; /* the clock as the last pooled section saw it */
 static int64_t cp_pool_hits = 0, cp_pool_misses = 0;
 
+/* Whether this thread holds the GIL (the cache is touched only then). PyGILState_Check alone
+ * says yes for every thread once a subinterpreter exists: the thread state is asked too. */
 static inline int cp_pool_may_cache(void)
 {
-#ifdef Py_GIL_DISABLED
+#if defined(Py_GIL_DISABLED)
     return 0;
+#elif PY_VERSION_HEX >= 0x030D0000
+    return PyThreadState_GetUnchecked() != NULL;
+#elif PY_VERSION_HEX >= 0x030C0000
+    return _PyThreadState_UncheckedGet() != NULL;
 #else
-    return PyGILState_Check();
+    PyThreadState *t = _PyThreadState_UncheckedGet();
+    return t != NULL && t == PyGILState_GetThisThreadState() && PyGILState_Check();
 #endif
 }
+
+/* Monotonic seconds, for how long a block has waited. */
+static double cp_pool_clock(void)
+{
+#if defined(_WIN32)
+    return (double)GetTickCount64() / 1000.0;
+#else
+    struct timespec ts;
+    if (clock_gettime(CLOCK_MONOTONIC, &ts) != 0)
+        return 0.0;
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+#endif
+}
+
+static void cp_pool_trim(double idle);
 
 static inline cp_pool_head *cp_pool_head_of(void *p)
 {
@@ -90,6 +119,11 @@ static void *cp_pool_new(size_t cap, int zero)
     if (cap > SIZE_MAX - CP_POOL_EXTRA)
         return NULL;
     char *raw = (char *)(zero ? calloc(1, cap + CP_POOL_EXTRA) : malloc(cap + CP_POOL_EXTRA));
+    if (raw == NULL && cp_pool_count && cp_pool_may_cache()) {
+        /* Out of memory while the pool holds blocks: give them back and try once more. */
+        cp_pool_trim(-1.0);
+        raw = (char *)(zero ? calloc(1, cap + CP_POOL_EXTRA) : malloc(cap + CP_POOL_EXTRA));
+    }
     if (raw == NULL)
         return NULL;
     uintptr_t at = ((uintptr_t)raw + CP_POOL_HEAD + CP_POOL_ALIGN - 1) & ~(uintptr_t)(CP_POOL_ALIGN - 1);
@@ -171,7 +205,7 @@ static void cp_pool_free(void *ctx, void *ptr, size_t size)
         cap <= CP_POOL_LIMIT - cp_pool_bytes) {
         cp_pool_block[cp_pool_count] = ptr;
         cp_pool_cap[cp_pool_count] = cap;
-        cp_pool_since[cp_pool_count] = cp_pool_now;
+        cp_pool_since[cp_pool_count] = cp_pool_clock();
         cp_pool_count++;
         cp_pool_bytes += cap;
         return;
@@ -184,21 +218,21 @@ static void *cp_pool_realloc(void *ctx, void *ptr, size_t size)
     if (ptr == NULL)
         return cp_pool_malloc(ctx, size);
     size_t cap = cp_pool_head_of(ptr)->cap;
-    if (size <= cap)
-        return ptr;
+    if (size <= cap && (cap < CP_POOL_MIN || cap / 2 <= size))
+        return ptr; /* fits, and holds at most twice the size */
     void *p = cp_pool_get(size, 0);
-    if (p == NULL)
-        return NULL; /* the old block stays as it was, as realloc leaves it */
-    memcpy(p, ptr, cap);
+    if (p == NULL) /* the old block stays as it was, as realloc leaves it */
+        return size <= cap ? ptr : NULL;
+    memcpy(p, ptr, size < cap ? size : cap);
     cp_pool_free(ctx, ptr, cap);
     return p;
 }
 
-/* Give back the blocks cached before now - idle (all of them for idle < 0); the clock is the
- * caller's (monotonic seconds), taken with the GIL held. */
-static void cp_pool_trim(double now, double idle)
+/* Give back the blocks that have waited longer than idle seconds (all of them for idle < 0);
+ * with the GIL held. */
+static void cp_pool_trim(double idle)
 {
-    cp_pool_now = now;
+    double now = idle < 0 ? 0.0 : cp_pool_clock();
     int i = 0;
     while (i < cp_pool_count) {
         if (idle < 0 || cp_pool_since[i] < now - idle) {

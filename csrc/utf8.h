@@ -2,7 +2,9 @@
  *
  * cp_utf8_count(p, n, &bad) returns the number of code points in p[0..n), or -1 with *bad set
  * to the offset of the first byte of the first invalid sequence (RFC 3629: no overlongs, no
- * surrogates, nothing above U+10FFFF, no truncated sequence).
+ * surrogates, nothing above U+10FFFF, no truncated sequence). cp_utf8_count_in(p, n, avail,
+ * &bad) is the same where avail bytes from p may be read: a string in the middle of a buffer
+ * has its last block loaded in place (the bytes past it masked off) instead of copied out.
  *
  * Two implementations give identical results:
  * - scalar: ASCII runs eight bytes at a time, a strict decoder for everything else;
@@ -194,7 +196,7 @@ __attribute__((target("avx2"))) static inline int64_t cp_sum_epi64(__m256i v)
 }
 
 __attribute__((target("avx2"))) static int64_t cp_utf8_count_avx2(const uint8_t *p, int64_t n,
-                                                                 int64_t *bad)
+                                                                 int64_t avail, int64_t *bad)
 {
     /* Blocks with a high byte are checked without a branch per 32 bytes (text that mixes
      * scripts would mispredict it block by block); their continuation bytes are counted in
@@ -235,6 +237,14 @@ __attribute__((target("avx2"))) static int64_t cp_utf8_count_avx2(const uint8_t 
         __m256i input;
         if (i + 32 <= n) {
             input = _mm256_loadu_si256((const __m256i *)(p + i));
+        } else if (i + 32 <= avail) {
+            /* The bytes after the string are readable (the rest of its buffer): one load,
+             * the lanes past the end cleared. */
+            const __m256i iota = _mm256_setr_epi8(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13,
+                                                  14, 15, 16, 17, 18, 19, 20, 21, 22, 23, 24,
+                                                  25, 26, 27, 28, 29, 30, 31);
+            __m256i keep = _mm256_cmpgt_epi8(_mm256_set1_epi8((char)(n - i)), iota);
+            input = _mm256_and_si256(_mm256_loadu_si256((const __m256i *)(p + i)), keep);
         } else {
             /* Zero padding is ASCII: a sequence cut off by the end shows up as too short. */
             memset(tail, 0, sizeof(tail));
@@ -269,13 +279,21 @@ static inline int cp_have_avx2(void)
 /* Strings shorter than this go to the scalar path: the vector setup does not pay off. */
 #define CP_VECTOR_MIN 64
 
-static inline int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad)
+/* As cp_utf8_count, where the avail >= n bytes from p may be read (the string's buffer goes on
+ * past it): the last block of a string is then loaded in place rather than copied out. */
+static inline int64_t cp_utf8_count_in(const uint8_t *p, int64_t n, int64_t avail, int64_t *bad)
 {
 #ifdef CP_HAVE_AVX2_PATH
     if (n >= CP_VECTOR_MIN && cp_have_avx2())
-        return cp_utf8_count_avx2(p, n, bad);
+        return cp_utf8_count_avx2(p, n, avail < n ? n : avail, bad);
 #endif
+    (void)avail;
     return cp_utf8_count_scalar(p, n, bad);
+}
+
+static inline int64_t cp_utf8_count(const uint8_t *p, int64_t n, int64_t *bad)
+{
+    return cp_utf8_count_in(p, n, n, bad);
 }
 
 #endif

@@ -633,6 +633,11 @@ def _tuples(result: Any) -> Any:
     return tuple(a.tolist() if isinstance(a, np.ndarray) else a for a in result)
 
 
+def _id_codes(result: Any) -> Any:
+    codes, first_source, first_index = result
+    return ([c.tolist() for c in codes], first_source.tolist(), first_index.tolist())
+
+
 def _part_chars_text(kernel: Any, text_offsets: Any) -> Any:
     # Two text parts in one message, their text read through offsets that may move.
     data = _WORDS.encode()
@@ -723,6 +728,34 @@ CASES: dict[str, Callable[[Any], Any]] = {
         lambda k, offs: k.string_codes(b"texttool_use", offs, (b"text", b"tool_use")).tolist(),
         [0, 4, 12], 1, 4, 10**12,
         {repr([0, 1]), "string_codes: offsets must be non-decreasing and within 0..12"}),
+    "string-ids-offsets-flipped-by-a-thread": _flipping(
+        lambda k, offs: _id_codes(k.string_ids(((_WORDS.encode(), offs, None, None),
+                                                 (_WORDS.encode(), offs, None, [1, 0])))),
+        [0, 6, 13], 1, 6, 10**12,
+        {repr(([[0, 1], [1, 0]], [0, 0], [0, 1])),
+         "string_ids: the offsets of source 0 must be non-decreasing and within its data"}),
+    "string-ids-position-past-the-strings": _kernel_call(
+        "string_ids", ((b"ab", np.array([0, 1, 2]), None, np.array([0, 2])),)),
+    "string-ids-negative-position": _kernel_call(
+        "string_ids", ((b"ab", np.array([0, 1, 2]), None, np.array([-1])),)),
+    "string-ids-offsets-past-the-data": _kernel_call(
+        "string_ids", ((b"ab", np.array([0, 1, 9]), None, None),)),
+    "string-ids-source-not-a-tuple": _kernel_call("string_ids", ([b"ab", [0, 2], None, None],)),
+    "string-ids-nulls-of-another-length": _kernel_call(
+        "string_ids", ((b"ab", np.array([0, 1, 2]), np.zeros(3, dtype=bool), None),)),
+    "arrange-ids-messages-flipped-by-a-thread": _flipping(
+        lambda k, msg: _tuples(k.arrange_ids((msg,), (np.array([7, 8]),))),
+        [0, 1], 1, 1, -10**12,
+        {repr(([0, 1], [7, 8])), "arrange_ids: the messages of source 0 must be >= 0 and "
+         "non-decreasing"}),
+    "arrange-ids-messages-that-decrease": _kernel_call(
+        "arrange_ids", (np.array([0, 2]), np.array([1, 0])), (np.array([1, 1]), np.array([2, 3]))),
+    "arrange-ids-uneven": _kernel_call("arrange_ids", (np.array([0, 1]),), (np.array([1]),)),
+    "arrange-ids-no-messages": _kernel_call("arrange_ids", (np.zeros(0, dtype=np.int64),),
+                                            (np.zeros(0, dtype=np.int64),)),
+    "arrange-ids-merged": _kernel_call(
+        "arrange_ids", (np.array([1, 3]), np.array([0, 1, 1, 3])),
+        (np.array([10, 11]), np.array([20, 21, 22, 23]))),
     "string-codes-names-not-bytes": _kernel_call(
         "string_codes", b"text", np.array([0, 4]), ("text",)),
     "string-codes-no-names": _kernel_call("string_codes", b"text", np.array([0, 4]), ()),

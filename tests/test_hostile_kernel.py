@@ -167,6 +167,26 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "utf8-lengths-offsets-flipped-by-a-thread": ("value", []),
     "role-codes-offsets-flipped-by-a-thread": ("value", []),
     "string-codes-offsets-flipped-by-a-thread": ("value", []),
+    "string-ids-offsets-flipped-by-a-thread": ("value", []),
+    "string-ids-position-past-the-strings": ("value", [
+        "ValueError", "string_ids: position 2 of source 0 is outside 0..1"]),
+    "string-ids-negative-position": ("value", [
+        "ValueError", "string_ids: position -1 of source 0 is outside 0..1"]),
+    "string-ids-offsets-past-the-data": ("value", [
+        "ValueError", "string_ids: the offsets of source 0 must be non-decreasing and within "
+        "its data"]),
+    "string-ids-source-not-a-tuple": ("value", [
+        "TypeError", "string_ids: source 0 must be a tuple of (data, offsets, nulls, at)"]),
+    "string-ids-nulls-of-another-length": ("value", [
+        "ValueError", "string_ids: expected 2 nulls, got 3"]),
+    "arrange-ids-messages-flipped-by-a-thread": ("value", []),
+    "arrange-ids-messages-that-decrease": ("value", [
+        "ValueError", "arrange_ids: the messages of source 1 must be >= 0 and non-decreasing"]),
+    "arrange-ids-uneven": ("value", [
+        "ValueError", "arrange_ids: source 0 has 2 messages but 1 codes"]),
+    "arrange-ids-no-messages": ("value", ["value", [[], []]]),
+    # Within message 1 the first source's item, then the second's two; message 3 likewise.
+    "arrange-ids-merged": ("value", ["value", [[0, 1, 1, 1, 3, 3], [20, 10, 21, 22, 11, 23]]]),
     "string-codes-names-not-bytes": ("value", ["TypeError", "string_codes: names must be a "
                                                "tuple of 1 to 127 bytes"]),
     "string-codes-no-names": ("value", ["TypeError", "string_codes: names must be a tuple of 1 "

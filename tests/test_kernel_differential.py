@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+from itertools import pairwise
 from typing import Any
 
 import numpy as np
@@ -122,6 +123,27 @@ long_text = st.lists(
     st.sampled_from(["a", "hello ", "é", "订单", "😀", "\x00", "\x7f", "ß" * 3, "z" * 40]),
     max_size=120,
 ).map("".join)
+
+
+@SETTINGS
+@given(long_text, st.lists(st.integers(0, 2000), max_size=8))
+def test_utf8_lengths_agree_on_strings_cut_anywhere_in_a_buffer(differential, text, cuts):
+    # Long text cut at any byte, inside a sequence too: each string ends where the buffer goes
+    # on, so its last block is read in place with the bytes after it masked off. The string
+    # that ends in a sequence the next one finishes is invalid, as Python says.
+    data = (text * 3).encode()
+    bounds = sorted({0, len(data), *[c for c in cuts if c <= len(data)]})
+    offsets = np.array(bounds, dtype=np.int64)
+    pieces = [data[a:b] for a, b in pairwise(bounds)]
+    try:
+        counts = differential("utf8_lengths", data, offsets)
+    except ValueError as exc:
+        row = int(str(exc).split("string ")[1].split(" ")[0])
+        with pytest.raises(UnicodeDecodeError):
+            pieces[row].decode("utf-8")
+        assert all(len(p.decode("utf-8")) >= 0 for p in pieces[:row])
+        return
+    assert counts.tolist() == [len(p.decode("utf-8")) for p in pieces]
 
 
 @SETTINGS
@@ -726,6 +748,13 @@ ARGUMENT_CALLS = {
     "gather_offsets(lengths)": lambda k, v: k.gather_offsets(np.array([0, 1, 3]), [0], v),
     "string_codes(names)": lambda k, v: k.string_codes(b"ab", np.array([0, 1, 2]), v),
     "string_codes(nulls)": lambda k, v: k.string_codes(b"ab", np.array([0, 1, 2]), (b"a",), v),
+    "string_ids(sources)": lambda k, v: k.string_ids(v),
+    "string_ids(source)": lambda k, v: k.string_ids((v,)),
+    "string_ids(at)": lambda k, v: k.string_ids(((b"ab", np.array([0, 1, 2]), None, v),)),
+    "string_ids(nulls)": lambda k, v: k.string_ids(((b"ab", np.array([0, 1, 2]), v, None),)),
+    "arrange_ids(messages)": lambda k, v: k.arrange_ids((v,), (np.array([0, 1, 2]),)),
+    "arrange_ids(codes)": lambda k, v: k.arrange_ids((np.array([0, 1, 2]),), v),
+    "arrange_ids(code)": lambda k, v: k.arrange_ids((np.array([0, 1, 2]),), (v,)),
     "part_chars(ntext)": lambda k, v: k.part_chars(np.array([0, 1]), np.zeros(1, np.int8), v,
                                                    (None,) * 4),
     "part_chars(kinds)": lambda k, v: k.part_chars(np.array([0, 1]), v, 4, (None,) * 4),
@@ -860,6 +889,66 @@ def test_string_codes_agrees(differential, values, data):
     got = differential("string_codes", raw if raw is not None else b"", offsets, names, nulls)
     assert got.tolist() == [-1 if v is None or v.encode() not in names
                             else names.index(v.encode()) for v in values]
+
+
+_ID_WORDS = ["", "a", "call_1", "call_12", "toolu_01Ab", "é", "x" * 17, "x" * 16 + "y",
+             "😀" * 3]
+
+
+@SETTINGS
+@given(st.lists(st.tuples(st.lists(st.sampled_from(_ID_WORDS) | st.none(), max_size=10),
+                          st.booleans(), st.booleans()), max_size=4), st.data())
+def test_string_ids_agrees(differential, sources, data):
+    # Several string arrays (narrow or wide offsets), all their strings or some positions:
+    # equal strings one code, in order of first sight source by source, -1 for a null; and
+    # the first sight of each code. Against a plain Python reference.
+    import pyarrow as pa
+
+    given, chosen = [], []
+    for values, wide, pick in sources:
+        arr = pa.array(values, type=pa.large_string() if wide else pa.string())
+        _, offs, raw = arr.buffers()
+        offsets = np.frombuffer(offs, dtype=np.int64 if wide else np.int32)[: len(arr) + 1]
+        at = None
+        if pick and values:
+            at = np.array(data.draw(st.lists(st.integers(0, len(values) - 1), max_size=8)),
+                          dtype=np.int64)
+        nulls = np.array([v is None for v in values], dtype=bool) if any(
+            v is None for v in values) else None
+        given.append((raw if raw is not None else b"", offsets, nulls, at))
+        chosen.append([(i, values[i]) for i in (range(len(values)) if at is None
+                                               else at.tolist())])
+    codes, first_source, first_index = differential("string_ids", tuple(given))
+    seen: dict[str, int] = {}
+    want, firsts = [], []
+    for s, items in enumerate(chosen):
+        row = []
+        for i, v in items:
+            if v is None:
+                row.append(-1)
+                continue
+            if v not in seen:
+                seen[v] = len(seen)
+                firsts.append((s, i))
+            row.append(seen[v])
+        want.append(row)
+    assert [c.tolist() for c in codes] == want
+    assert list(zip(first_source.tolist(), first_index.tolist(), strict=True)) == firsts
+
+
+@SETTINGS
+@given(st.lists(st.lists(st.tuples(st.integers(0, 6), st.integers(-1, 50)), max_size=10),
+                max_size=4))
+def test_arrange_ids_agrees(differential, sources):
+    # Items of a few sources, each in message order, merged by message: each source's in their
+    # order, the first source's first within a message, as a stable sort of the sources in turn.
+    sources = [sorted(s, key=lambda item: item[0]) for s in sources]
+    messages = tuple(np.array([a for a, _ in s], dtype=np.int64) for s in sources)
+    codes = tuple(np.array([b for _, b in s], dtype=np.int64) for s in sources)
+    merged, placed = differential("arrange_ids", messages, codes)
+    ordered = sorted([item for s in sources for item in s], key=lambda item: item[0])
+    assert merged.tolist() == [msg for msg, _ in ordered]
+    assert placed.tolist() == [code for _, code in ordered]
 
 
 _PART_WORDS = ["", "a", "héllo", "日本語", "x" * 100, "é" * 70, "😀" * 20]

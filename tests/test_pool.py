@@ -6,7 +6,10 @@ the section does nothing and arrays are numpy's own."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
+import time
 
 import numpy as np
 import pytest
@@ -105,23 +108,86 @@ def test_the_pool_never_holds_more_than_its_limit(pool):
     assert stats["blocks"] == 8
 
 
-def test_blocks_idle_for_two_seconds_are_given_back(pool, monkeypatch):
+def test_blocks_idle_for_two_seconds_are_given_back(pool):
     if pool.IMPLEMENTATION != "cython":
         return
-    clock = [1000.0]
-    monkeypatch.setattr(pool.time, "monotonic", lambda: clock[0])
     with pool.pooled_arrays():
         a = np.empty(BIG)
-    del a  # freed at the clock of the section's end
+        del a  # freed now: its two seconds start here, not at a section's edge
+        time.sleep(1.0)
+        b = np.empty(BIG // 2 + 1)
+        del b  # the same block, freed again
     assert pool.pool_stats()["blocks"] == 1
-    clock[0] += 1.0
-    with pool.pooled_arrays():
+    time.sleep(1.2)
+    with pool.pooled_arrays():  # 1.2 s since the block was last freed: kept
         pass
-    assert pool.pool_stats()["blocks"] == 1  # one second: kept
-    clock[0] += 1.5
-    with pool.pooled_arrays():
+    assert pool.pool_stats()["blocks"] == 1
+    time.sleep(1.0)
+    with pool.pooled_arrays():  # 2.2 s: given back
         pass
     assert pool.pool_stats()["blocks"] == 0
+
+
+def test_a_shrunk_block_moves_to_a_smaller_one(pool):
+    if pool.IMPLEMENTATION != "cython":
+        return
+    with pool.pooled_arrays():
+        a = np.arange(4 * BIG, dtype=np.int64)
+        a.resize(BIG, refcheck=False)  # a quarter: moved, the big block back in the pool
+        assert a.tolist() == list(range(BIG))
+        assert pool.pool_stats()["bytes"] == 4 * BIG * 8
+        a.resize(BIG - 10, refcheck=False)  # still more than half: stays where it is
+        assert pool.pool_stats()["bytes"] == 4 * BIG * 8
+        assert a[-1] == BIG - 11
+
+
+def test_a_failed_allocation_gives_the_pool_back_and_tries_again(kernel):
+    if kernel.IMPLEMENTATION != "cython" or sys.platform == "win32":
+        return
+    # Under an address-space limit a request that fits only without the pool's blocks: the
+    # pool gives them back and the request succeeds.
+    code = f"""
+import resource, numpy as np
+from {kernel.__name__} import pooled_arrays, pool_stats
+resource.setrlimit(resource.RLIMIT_AS, (1400 << 20, resource.RLIM_INFINITY))
+with pooled_arrays():
+    held = [np.empty(100 << 20, dtype=np.uint8) for _ in range(4)]
+    del held
+    assert pool_stats()["bytes"] == 400 << 20
+    big = np.empty(900 << 20, dtype=np.uint8)
+    big[::4096] = 1
+print(pool_stats()["bytes"], int(big.sum()))
+"""
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    held, ones = map(int, done.stdout.split())
+    assert held == 0 and ones == (900 << 20) // 4096
+
+
+def test_sections_left_out_of_order_leave_numpys_handler(pool):
+    outside = get_handler_name()
+    a, b = pool.pooled_arrays(), pool.pooled_arrays()
+    a.__enter__()
+    b.__enter__()
+    a.__exit__(None, None, None)
+    assert get_handler_name() == outside
+    b.__exit__(None, None, None)  # the pool is not this context's handler now: nothing to undo
+    assert get_handler_name() == outside
+
+    def suspended():
+        with pool.pooled_arrays():
+            yield
+
+    first, second = suspended(), suspended()
+    next(first)
+    next(second)
+    # Generators suspended inside sections, closed in the order they were entered: the first
+    # restores numpy's handler, the second finds the pool no longer set and leaves it so.
+    first.close()
+    assert get_handler_name() == outside
+    second.close()
+    assert get_handler_name() == outside
 
 
 def test_a_section_is_per_thread_and_nests(pool):

@@ -59,6 +59,8 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     part_chars = _impl.part_chars
     PART_FIELDS = _impl.PART_FIELDS
     string_codes = _impl.string_codes
+    string_ids = _impl.string_ids
+    arrange_ids = _impl.arrange_ids
     json_string_lengths = _impl.json_string_lengths
     Utf8Error = _impl.Utf8Error
     pooled_arrays = _impl.pooled_arrays

@@ -89,6 +89,8 @@ __all__ = [
     "part_chars",
     "PART_FIELDS",
     "string_codes",
+    "string_ids",
+    "arrange_ids",
     "json_string_lengths",
     "Utf8Error",
     "pooled_arrays",
@@ -1187,6 +1189,84 @@ def string_codes(data: Any, offsets: Any, names: Any, nulls: Any = None) -> npt.
             continue
         out[r] = table.get(raw[a:b], -1)
     return out
+
+
+def string_ids(sources: Any) -> tuple[tuple[Int64Array, ...], Int64Array, Int64Array]:
+    """Codes for the strings of several Arrow string arrays, equal strings one code: in order
+    of first appearance over the sources in turn, -1 for a null. ``sources``: a tuple of
+    ``(data, offsets, nulls or None, at or None)``, ``at`` the positions of the strings to code
+    (all of them for None). Returns ``(codes, first_source, first_index)``: a tuple of int64
+    arrays, one per source, and for each code the source and the position in it of its first
+    string."""
+    if type(sources) is not tuple:
+        raise TypeError("string_ids: sources must be a tuple of (data, offsets, nulls, at)")
+    table: dict[bytes, int] = {}
+    first_source: list[int] = []
+    first_index: list[int] = []
+    checked = []
+    for s, item in enumerate(sources):
+        if type(item) is not tuple or len(item) != 4:
+            raise TypeError(f"string_ids: source {s} must be a tuple of "
+                            f"(data, offsets, nulls, at)")
+        data, offsets, nulls, positions = item
+        raw = np.frombuffer(data, dtype=np.uint8).tobytes()
+        o = _offsets_array(offsets, -1, "string_ids", "offsets")
+        n = len(o) - 1
+        nul = _flags_array(nulls, n, "string_ids", "nulls") if nulls is not None else None
+        if positions is not None:
+            at = _positions(positions, "string_ids", "positions")
+            for r in at:
+                if r < 0 or r >= n:
+                    raise ValueError(f"string_ids: position {r} of source {s} is outside "
+                                     f"0..{n - 1}")
+        else:
+            at = list(range(n))
+        checked.append((raw, [int(v) for v in o.tolist()], nul, at))
+    codes = []
+    for s, (raw, bounds, nul, at) in enumerate(checked):
+        out = np.empty(len(at), dtype=np.int64)
+        for j, r in enumerate(at):
+            if nul is not None and nul[r]:
+                out[j] = -1
+                continue
+            a, b = bounds[r], bounds[r + 1]
+            if a < 0 or a > b or b > len(raw):
+                raise ValueError(f"string_ids: the offsets of source {s} must be "
+                                 f"non-decreasing and within its data")
+            key = raw[a:b]
+            code = table.get(key)
+            if code is None:
+                code = table[key] = len(table)
+                first_source.append(s)
+                first_index.append(r)
+            out[j] = code
+        codes.append(out)
+    return (tuple(codes), np.asarray(first_source, dtype=np.int64),
+            np.asarray(first_index, dtype=np.int64))
+
+
+def arrange_ids(messages: Any, codes: Any) -> tuple[Int64Array, Int64Array]:
+    """Items of several sources merged by message: ``messages[s][j]`` is the message of item
+    ``j`` of source ``s`` (non-decreasing in each source) and ``codes[s][j]`` its code. Within
+    a message the items of the first source come first, each source's in their order (a
+    stable sort by message of the sources in turn). Returns ``(messages, codes)``, merged."""
+    if type(messages) is not tuple or type(codes) is not tuple or len(messages) != len(codes):
+        raise TypeError("arrange_ids: messages and codes must be tuples of one length")
+    all_messages, all_codes = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+    for s, (msg, code) in enumerate(zip(messages, codes, strict=True)):
+        msg_a = np.asarray(_positions(msg, "arrange_ids", "messages"), dtype=np.int64)
+        code_a = np.asarray(_positions(code, "arrange_ids", "codes"), dtype=np.int64)
+        if len(msg_a) != len(code_a):
+            raise ValueError(f"arrange_ids: source {s} has {len(msg_a)} messages but "
+                             f"{len(code_a)} codes")
+        if len(msg_a) and (msg_a[0] < 0 or bool(np.any(msg_a[1:] < msg_a[:-1]))):
+            raise ValueError(f"arrange_ids: the messages of source {s} must be >= 0 and "
+                             f"non-decreasing")
+        all_messages.append(msg_a)
+        all_codes.append(code_a)
+    msg_all = np.concatenate(all_messages)
+    order = np.argsort(msg_all, kind="stable")
+    return msg_all[order], np.concatenate(all_codes)[order]
 
 
 # part_chars: the fields it reads, in order. A part whose field is missing or null is one only

@@ -319,35 +319,23 @@ def _text_chars(parts: Any, is_text: Any, unreadable: Any) -> Any:
 
 
 class _Ids:
-    """Tool call ids (or the ids results answer) as they are found: the message of each, its
-    place in the message's order, and the id strings."""
+    """Tool call ids (or the ids results answer) as they are found: the message of each, and
+    where its string is (a string array and the positions in it, or none: no id). Within a
+    message the sources added ``first`` come before the others (a message's ``tool_calls``
+    before its blocks' ids, a tool message's ``tool_call_id`` before its results')."""
 
     def __init__(self) -> None:
-        self.messages: list[Any] = []
-        self.order: list[Any] = []
-        self.strings: list[Any] = []
+        self.head: list[tuple[Any, Any, Any]] = []
+        self.tail: list[tuple[Any, Any, Any]] = []
 
-    def add(self, messages: Any, order: Any, strings: Any) -> None:
+    def add(self, messages: Any, strings: Any, at: Any = None, *, first: bool = False) -> None:
+        """``strings``: a text array (None: the items have no id); ``at``: the positions in it
+        of the items' ids (None: all of them, one per item)."""
         if len(messages):
-            self.messages.append(np.asarray(messages, dtype=np.int64))
-            self.order.append(np.asarray(order, dtype=np.int64))
-            self.strings.append(_strings(strings).cast(_pa().large_string()))
+            (self.head if first else self.tail).append((messages, strings, at))
 
-    def arranged(self, m: int) -> tuple[Any, Any | None, Any]:
-        """(offsets per message, the id strings in message order, and the order)."""
-        if not self.messages:
-            return np.zeros(m + 1, dtype=np.int64), None, np.zeros(0, dtype=np.int64)
-        msg = np.concatenate(self.messages)
-        within = np.concatenate(self.order)
-        # By message, then by place in it: one stable sort of a combined key (the sources come
-        # in message order each, so the sort merges a few sorted runs).
-        low, span = int(within.min()), int(within.max()) - int(within.min()) + 1
-        if int(msg.max()) < (2**63 - 1) // span:
-            order = np.argsort(msg * span + (within - low), kind="stable")
-        else:
-            order = np.lexsort((within, msg))
-        offsets = np.concatenate([[0], np.cumsum(np.bincount(msg, minlength=m))])
-        return offsets.astype(np.int64), pa_concat(self.strings), order
+    def sources(self) -> list[tuple[Any, Any, Any]]:
+        return self.head + self.tail
 
 
 def pa_concat(arrays: list[Any]) -> Any:
@@ -366,7 +354,7 @@ class _Measured:
         self.values = values
         self.slow = np.zeros(n, dtype=bool)  # rows the object path measures
         self.ncodes = 0
-        self.dictionary = pa.array([], type=pa.large_string())
+        self._id_strings: tuple[list[Any], Any, Any] = ([], None, None)
         self.roles = np.zeros(m, dtype=np.int8)
         self.chars = np.zeros(m, dtype=np.int64)
         self.flags = np.zeros(m, dtype=np.uint8)
@@ -417,14 +405,12 @@ class _Measured:
         is_tool = np.flatnonzero(roles == ROLE_TOOL)
         if len(is_tool):
             tcid = _field(values, "tool_call_id")
-            if tcid is None or pa.types.is_null(tcid.type):
-                answers = pa.nulls(len(is_tool), type=pa.large_string())
-            elif _text_type(tcid.type):
-                answers = _strings(tcid).take(pa.array(is_tool))
-            else:
+            answers = None
+            if tcid is not None and _text_type(tcid.type):
+                answers = tcid
+            elif tcid is not None and not pa.types.is_null(tcid.type):
                 bad[is_tool] |= ~_nulls(tcid)[is_tool]
-                answers = pa.nulls(len(is_tool), type=pa.large_string())
-            results.add(is_tool, np.full(len(is_tool), -1), answers)
+            results.add(is_tool, answers, is_tool, first=True)
         self._codes(calls, results, m)
         self.slow |= _rows_of(bad, offs)
         self.roles, self.chars, self.flags = roles, chars, flags
@@ -489,7 +475,7 @@ class _Measured:
             elif content is not None and not pa.types.is_null(content.type):
                 extra = np.zeros(k, dtype=np.int64)
                 extra[at] = self._result_chars(content, at, unreadable)
-            results.add(part_message(at), at, self._ids(parts, "tool_use_id", at))
+            results.add(part_message(at), self._ids(parts, "tool_use_id"), at)
         name = None
         at = np.flatnonzero(code == len(TEXT_PART_TYPES) + 1)
         if len(at):
@@ -513,7 +499,7 @@ class _Measured:
                     if extra is None:
                         extra = np.zeros(k, dtype=np.int64)
                     extra[at] += lengths
-            calls.add(part_message(at), at, self._ids(parts, "id", at))
+            calls.add(part_message(at), self._ids(parts, "id"), at)
         fields = (text_field("text"), result, name, text_field("thinking"))
         chars, set_flags, unmeasured = _kernel.part_chars(offs, code, len(TEXT_PART_TYPES),
                                                           fields, extra, unreadable)
@@ -522,12 +508,9 @@ class _Measured:
         return chars
 
     @staticmethod
-    def _ids(parts: Any, key: str, at: Any) -> Any:
-        pa = _pa()
-        ids = _field(parts, key)
-        if ids is None or not _text_type(ids.type):  # no text: the object path reads no id
-            return pa.nulls(len(at), type=pa.large_string())
-        return _strings(ids).take(pa.array(at))
+    def _ids(parts: Any, key: str) -> Any:
+        ids = _field(parts, key)  # not text: the object path reads no id either
+        return ids if ids is not None and _text_type(ids.type) else None
 
     @staticmethod
     def _result_chars(content: Any, at: Any, unreadable: Any) -> Any:
@@ -608,26 +591,47 @@ class _Measured:
         if ids is None or not _text_type(ids.type):
             if ids is not None and not pa.types.is_null(ids.type):
                 bad |= _rows_of(~_nulls(ids), offs)
-            ids = pa.nulls(k, type=pa.large_string())
-        # tool_calls ids come first in a message: ordered before its blocks' (-k .. -1).
-        calls.add(message, np.arange(k, dtype=np.int64) - k, ids)
+            ids = None
+        calls.add(message, ids, first=True)  # a message's tool_calls before its blocks
 
     def _codes(self, calls: _Ids, results: _Ids, m: int) -> None:
-        """Call ids and the ids results answer, as codes of one dictionary, in message
-        order."""
-        call_offsets, call_ids, call_order = calls.arranged(m)
-        result_offsets, result_ids, result_order = results.arranged(m)
-        self.call_offsets, self.result_offsets = call_offsets, result_offsets
-        present = [a for a in (call_ids, result_ids) if a is not None]
-        if not present:
-            return
-        encoded = pa_concat(present).dictionary_encode()
-        codes = _ints(encoded.indices.fill_null(-1)).astype(np.int64)
-        self.dictionary = encoded.dictionary
-        self.ncodes = len(encoded.dictionary)
-        k = len(call_ids) if call_ids is not None else 0
-        self.call_codes = codes[:k][call_order]
-        self.result_codes = codes[k:][result_order]
+        """Call ids and the ids results answer, as codes of one dictionary (equal strings one
+        code, ``_kernel.string_ids``), merged in message order (``_kernel.arrange_ids``)."""
+        strings: list[Any] = []  # the text arrays the kernel reads
+        given: list[tuple[Any, ...]] = []
+        for ids in (calls, results):
+            for _messages, text, at in ids.sources():
+                if text is not None:
+                    text = _strings(text)
+                    strings.append(text)
+                    given.append((*_string_field(text), at))
+        codes, first_source, first_index = _kernel.string_ids(tuple(given))
+        it = iter(codes)
+        for ids, name in ((calls, "call"), (results, "result")):
+            sources = ids.sources()
+            found = tuple(next(it) if text is not None else np.full(len(msg), -1, np.int64)
+                          for msg, text, _at in sources)
+            at, placed = _kernel.arrange_ids(tuple(msg for msg, _t, _a in sources), found)
+            offsets = np.zeros(m + 1, dtype=np.int64)
+            np.cumsum(np.bincount(at, minlength=m), out=offsets[1:])
+            setattr(self, f"{name}_offsets", offsets)
+            setattr(self, f"{name}_codes", placed)
+        self.ncodes = len(first_source)
+        self._id_strings = (strings, first_source, first_index)
+
+    def id_strings(self, codes: Any) -> Any:
+        """The id string of each code (null for -1), as a large_string array."""
+        pa = _pa()
+        mask = codes < 0
+        if not self.ncodes or mask.all():
+            return pa.nulls(len(codes), type=pa.large_string())
+        strings, first_source, first_index = self._id_strings
+        # Codes are numbered in order of first sight, source by source: the dictionary is
+        # each source's first strings in turn.
+        dictionary = pa_concat([
+            strings[k].take(pa.array(first_index[first_source == k])).cast(pa.large_string())
+            for k in range(len(strings))])
+        return dictionary.take(pa.array(np.where(mask, 0, codes), mask=mask))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1078,9 +1082,7 @@ class _Chunk:
                 frag_names = pa.array(_FRAGMENTS, type=pa.string())
                 w_cols[1].append(frag_names.take(pa.array(w_frag)))
                 w_cols[2].append(pa.array(w_index, type=pa.int64()))
-                ids = measured.dictionary.take(pa.array(w_id, mask=w_id < 0)) if len(
-                    measured.dictionary) else pa.nulls(len(w_id), type=pa.large_string())
-                w_cols[3].append(ids.cast(pa.string()))
+                w_cols[3].append(measured.id_strings(w_id).cast(pa.string()))
         # The object path, row by row.
         new: list[dict[str, Any]] = []
         object_rows = np.flatnonzero(slow)
@@ -1306,8 +1308,9 @@ def release_memory() -> None:
     Inside ``reduce_table`` numpy's large arrays (the temporaries over every message, the
     output's copied buffers) take their memory from a pool that keeps freed blocks, up to 512
     MiB, so that the next call, or the next record batch of a stream, does not fault every
-    page in again. Blocks that wait two seconds are given back when a call begins or ends;
-    this gives back all of them now (after the last table of a long-running process, say)."""
+    page in again. Blocks that have waited two seconds since they were freed are given back
+    when a call begins or ends; nothing runs between calls, so this gives back all of them now
+    (after the last table of a long-running process, say)."""
     _kernel.release_pool()
 
 
