@@ -134,6 +134,7 @@ cdef extern from "pool.h":
     size_t cp_pool_bytes
     int64_t cp_pool_hits, cp_pool_misses
     double CP_POOL_IDLE
+    int cp_pool_hugepages
     size_t CP_POOL_LIMIT
     size_t CP_POOL_MIN
 
@@ -2021,14 +2022,16 @@ ctypedef object (*_get_handler_t)()
 cdef _set_handler_t _numpy_set_handler = NULL
 cdef _get_handler_t _numpy_get_handler = NULL
 cdef object _POOL_CAPSULE = None
+cdef object _numpy_hugepages = None  # numpy's _get_madvise_hugepage, where it has one
 
 
 cdef _find_numpy_handler():
-    global _numpy_set_handler, _numpy_get_handler, _POOL_CAPSULE
+    global _numpy_set_handler, _numpy_get_handler, _POOL_CAPSULE, _numpy_hugepages
     try:
         from numpy._core import _multiarray_umath as umath
     except ImportError:
         from numpy.core import _multiarray_umath as umath
+    _numpy_hugepages = getattr(umath, "_get_madvise_hugepage", None)
     cdef void **table = <void **>PyCapsule_GetPointer(umath._ARRAY_API, NULL)
     if (<unsigned int (*)() noexcept>table[211])() < 0xf:  # the C API of numpy 1.22
         return
@@ -2058,9 +2061,12 @@ cdef class pooled_arrays:
     cdef bint _entered
 
     def __enter__(self):
+        global cp_pool_hugepages
         if self._entered:
             raise RuntimeError("pooled_arrays: this section is already entered")
         if _numpy_set_handler != NULL:
+            if _numpy_hugepages is not None:
+                cp_pool_hugepages = 1 if _numpy_hugepages() else 0
             cp_pool_trim(CP_POOL_IDLE)
             self._previous = _numpy_set_handler(_POOL_CAPSULE)
         self._entered = True

@@ -18,7 +18,8 @@
  * - The cache is read and written only with the GIL held, which is how numpy calls a handler
  *   (its own small-block cache relies on the same). Called without it, or on a build without
  *   a GIL, the handler does plain malloc and free, so it is never unsafe.
- * - A new block of 4 MiB or more is advised to use huge pages, as numpy's allocator does.
+ * - A new block of 4 MiB or more is advised to use huge pages, as numpy's allocator does
+ *   (unless numpy's own setting says not to).
  * - Blocks that have waited longer than CP_POOL_IDLE seconds since they were freed are given
  *   back when a pooled section begins or ends (cp_pool_trim), all of them when an allocation
  *   fails (then tried again) and when asked (release_pool). Nothing runs between calls: after
@@ -76,6 +77,7 @@ static double cp_pool_since[CP_POOL_SLOTS];
 static int cp_pool_count = 0;
 static size_t cp_pool_bytes = 0;
 static int64_t cp_pool_hits = 0, cp_pool_misses = 0;
+static int cp_pool_hugepages = 1; /* numpy's own setting (_set_madvise_hugepage), as last read */
 
 /* Whether this thread holds the GIL (the cache is touched only then). PyGILState_Check alone
  * says yes for every thread once a subinterpreter exists: the thread state is asked too. */
@@ -133,7 +135,7 @@ static void *cp_pool_new(size_t cap, int zero)
     h->cap = cap;
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
     /* As numpy's own allocator does for 4 MiB or more: huge pages, 512 times fewer faults. */
-    if (cap >= CP_POOL_HUGE) {
+    if (cap >= CP_POOL_HUGE && cp_pool_hugepages) {
         uintptr_t a = ((uintptr_t)p + 4095) & ~(uintptr_t)4095;
         uintptr_t b = ((uintptr_t)p + cap) & ~(uintptr_t)4095;
         if (b > a)
