@@ -22,6 +22,7 @@ from libc.stdlib cimport calloc, free, malloc, realloc
 from libc.string cimport memcmp, memcpy, memset
 
 import json
+import os
 import types
 
 import numpy as np
@@ -2327,10 +2328,14 @@ def string_codes(data, offsets, names, nulls=None):
 
 cdef extern from *:
     """
-    /* A 64-bit hash of n bytes, eight at a time. */
+    /* A 64-bit hash of n bytes, eight at a time, from a state keyed per process: ids come
+     * from the data, and with a known start state strings that all collide can be computed
+     * (each round can be undone), which would make a hash table quadratic. */
+    static uint64_t cp_hash_key = 0x243F6A8885A308D3ULL;
+
     static inline uint64_t cp_hash_bytes(const uint8_t *p, int64_t n)
     {
-        uint64_t h = 0x243F6A8885A308D3ULL ^ (uint64_t)n;
+        uint64_t h = cp_hash_key ^ ((uint64_t)n * 0xD6E8FEB86659FD93ULL);
         int64_t i = 0;
         for (; i + 8 <= n; i += 8) {
             uint64_t w;
@@ -2349,6 +2354,10 @@ cdef extern from *:
     }
     """
     uint64_t cp_hash_bytes(const uint8_t* p, int64_t n) noexcept nogil
+    uint64_t cp_hash_key
+
+
+cp_hash_key = int.from_bytes(os.urandom(8), "little")  # the hash's key, one per process
 
 
 cdef struct _IdSource:
