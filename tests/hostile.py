@@ -732,8 +732,10 @@ CASES: dict[str, Callable[[Any], Any]] = {
         lambda k, offs: _id_codes(k.string_ids(((_WORDS.encode(), offs, None, None),
                                                  (_WORDS.encode(), offs, None, [1, 0])))),
         [0, 6, 13], 1, 6, 10**12,
+        # Both sources read the one array, each at its own moment: either may see it bad.
         {repr(([[0, 1], [1, 0]], [0, 0], [0, 1])),
-         "string_ids: the offsets of source 0 must be non-decreasing and within its data"}),
+         "string_ids: the offsets of source 0 must be non-decreasing and within its data",
+         "string_ids: the offsets of source 1 must be non-decreasing and within its data"}),
     "string-ids-position-past-the-strings": _kernel_call(
         "string_ids", ((b"ab", np.array([0, 1, 2]), None, np.array([0, 2])),)),
     "string-ids-negative-position": _kernel_call(
