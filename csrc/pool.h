@@ -5,7 +5,7 @@
  * blocks back to the system when they are freed (they are mmapped, or at the top of a
  * thread's heap), so the next array faults every page in again; numpy asks for huge pages on
  * the largest, and the kernel zeroes 2 MiB at each fault. On the agent-trace corpus that was
- * about 7,000 faults per call, and a quarter of the CPU time went to clearing pages.
+ * about 7,000 faults per call; on the chats a quarter of the CPU time went to clearing pages.
  *
  * This is a numpy memory handler (NEP 49, numpy >= 1.22) that keeps freed blocks of 64 KiB or
  * more, up to CP_POOL_LIMIT bytes in CP_POOL_SLOTS blocks, and hands them out again for a
