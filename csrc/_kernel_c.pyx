@@ -137,7 +137,6 @@ cdef extern from "pool.h":
     double CP_POOL_IDLE
     int cp_pool_hugepages
     size_t CP_POOL_LIMIT
-    size_t CP_POOL_MIN
 
 # The twin's names: it is the type surface, and a test checks that each one is defined here.
 __all__ = list(_kernel_py.__all__)

@@ -6,6 +6,7 @@ the section does nothing and arrays are numpy's own."""
 
 from __future__ import annotations
 
+import importlib
 import subprocess
 import sys
 import threading
@@ -24,6 +25,15 @@ BIG = 1 << 20  # elements: 8 MiB of float64, well above the pool's 64 KiB
 
 @pytest.fixture
 def pool(kernel):
+    kernel.release_pool()
+    yield kernel
+    kernel.release_pool()
+
+
+@pytest.fixture(params=[pytest.param("c", marks=pytest.mark.c_extension)])
+def compiled(request):
+    """The compiled kernel only: what the pool itself does (the twin has none)."""
+    kernel = importlib.import_module("contextpolicy._kernel_c")
     kernel.release_pool()
     yield kernel
     kernel.release_pool()
@@ -89,66 +99,58 @@ def test_data_is_kept_when_an_array_grows(pool):
         assert a.tolist() == list(range(BIG // 2))
 
 
-def test_blocks_are_64_byte_aligned(pool):
-    with pool.pooled_arrays():
+def test_blocks_are_64_byte_aligned(compiled):
+    with compiled.pooled_arrays():
         arrays = [np.empty(n, dtype=np.uint8) for n in (1, 63, 65_537, 3 * BIG + 5)]
-    if pool.IMPLEMENTATION == "cython":
-        assert all(a.ctypes.data % 64 == 0 for a in arrays)
+    assert all(a.ctypes.data % 64 == 0 for a in arrays)
 
 
-def test_the_pool_never_holds_more_than_its_limit(pool):
-    if pool.IMPLEMENTATION != "cython":
-        return
-    limit = pool.pool_stats()["limit"]
-    with pool.pooled_arrays():
+def test_the_pool_never_holds_more_than_its_limit(compiled):
+    limit = compiled.pool_stats()["limit"]
+    with compiled.pooled_arrays():
         arrays = [np.empty(limit // 8, dtype=np.uint8) for _ in range(12)]  # 1.5 limits
         del arrays
-        stats = pool.pool_stats()
+        stats = compiled.pool_stats()
     assert 0 < stats["bytes"] <= limit
     assert stats["blocks"] == 8
 
 
-def test_blocks_idle_for_two_seconds_are_given_back(pool):
-    if pool.IMPLEMENTATION != "cython":
-        return
-    with pool.pooled_arrays():
+def test_blocks_idle_for_two_seconds_are_given_back(compiled):
+    with compiled.pooled_arrays():
         a = np.empty(BIG)
         del a  # freed now: its two seconds start here, not at a section's edge
         time.sleep(1.0)
         b = np.empty(BIG // 2 + 1)
         del b  # the same block, freed again
-    assert pool.pool_stats()["blocks"] == 1
+    assert compiled.pool_stats()["blocks"] == 1
     time.sleep(1.2)
-    with pool.pooled_arrays():  # 1.2 s since the block was last freed: kept
+    with compiled.pooled_arrays():  # 1.2 s since the block was last freed: kept
         pass
-    assert pool.pool_stats()["blocks"] == 1
+    assert compiled.pool_stats()["blocks"] == 1
     time.sleep(1.0)
-    with pool.pooled_arrays():  # 2.2 s: given back
+    with compiled.pooled_arrays():  # 2.2 s: given back
         pass
-    assert pool.pool_stats()["blocks"] == 0
+    assert compiled.pool_stats()["blocks"] == 0
 
 
-def test_a_shrunk_block_moves_to_a_smaller_one(pool):
-    if pool.IMPLEMENTATION != "cython":
-        return
-    with pool.pooled_arrays():
+def test_a_shrunk_block_moves_to_a_smaller_one(compiled):
+    with compiled.pooled_arrays():
         a = np.arange(4 * BIG, dtype=np.int64)
         a.resize(BIG, refcheck=False)  # a quarter: moved, the big block back in the pool
         assert a.tolist() == list(range(BIG))
-        assert pool.pool_stats()["bytes"] == 4 * BIG * 8
+        assert compiled.pool_stats()["bytes"] == 4 * BIG * 8
         a.resize(BIG - 10, refcheck=False)  # still more than half: stays where it is
-        assert pool.pool_stats()["bytes"] == 4 * BIG * 8
+        assert compiled.pool_stats()["bytes"] == 4 * BIG * 8
         assert a[-1] == BIG - 11
 
 
-def test_a_failed_allocation_gives_the_pool_back_and_tries_again(kernel):
-    if kernel.IMPLEMENTATION != "cython" or sys.platform == "win32":
-        return
+@pytest.mark.skipif(sys.platform == "win32", reason="the address-space limit is resource's")
+def test_a_failed_allocation_gives_the_pool_back_and_tries_again(compiled):
     # Under an address-space limit a request that fits only without the pool's blocks: the
     # pool gives them back and the request succeeds.
     code = f"""
 import resource, numpy as np
-from {kernel.__name__} import pooled_arrays, pool_stats
+from {compiled.__name__} import pooled_arrays, pool_stats
 resource.setrlimit(resource.RLIMIT_AS, (1400 << 20, resource.RLIM_INFINITY))
 with pooled_arrays():
     held = [np.empty(100 << 20, dtype=np.uint8) for _ in range(4)]
