@@ -355,10 +355,6 @@ class _Measured:
         self.slow = np.zeros(n, dtype=bool)  # rows the object path measures
         self.ncodes = 0
         self._id_strings: tuple[list[Any], Any, Any] = ([], None, None)
-        self.roles = np.zeros(m, dtype=np.int8)
-        self.chars = np.zeros(m, dtype=np.int64)
-        self.flags = np.zeros(m, dtype=np.uint8)
-        self.call_offsets = self.result_offsets = np.zeros(m + 1, dtype=np.int64)
         self.call_codes = self.result_codes = np.zeros(0, dtype=np.int64)
         if arr.null_count:
             self.slow |= _nulls(arr)
@@ -368,6 +364,10 @@ class _Measured:
         if role is None or not _text_type(role.type):
             # No row can be measured here: the object path says what is wrong with each.
             self.slow[:] = True
+            self.roles = np.zeros(m, dtype=np.int8)
+            self.chars = np.zeros(m, dtype=np.int64)
+            self.flags = np.zeros(m, dtype=np.uint8)
+            self.call_offsets = self.result_offsets = np.zeros(m + 1, dtype=np.int64)
             return
         role = _strings(role)
         if role.null_count:
@@ -597,6 +597,10 @@ class _Measured:
     def _codes(self, calls: _Ids, results: _Ids, m: int) -> None:
         """Call ids and the ids results answer, as codes of one dictionary (equal strings one
         code, ``_kernel.string_ids``), merged in message order (``_kernel.arrange_ids``)."""
+        if not calls.head and not calls.tail and not results.head and not results.tail:
+            # No message calls a tool or answers one (a chat): no id to read.
+            self.call_offsets = self.result_offsets = np.zeros(m + 1, dtype=np.int64)
+            return
         strings: list[Any] = []  # the text arrays the kernel reads
         given: list[tuple[Any, ...]] = []
         for ids in (calls, results):
@@ -1047,6 +1051,7 @@ class _Chunk:
         starts = np.empty(2 * n, dtype=np.int64)
         lengths = np.zeros(2 * n, dtype=np.int64)
         changed = False
+        object_rows = np.flatnonzero(slow)
         w_rows: list[Any] = []
         w_cols: list[Any] = [[], [], [], []]
         if measured is not None:
@@ -1060,20 +1065,36 @@ class _Chunk:
             )
             fast = ~slow
             a, b = offs[:-1], offs[1:]
-            starts[0::2], lengths[0::2] = a, np.where(fast, head - a, 0)
-            starts[1::2], lengths[1::2] = np.where(fast, cut, b), np.where(fast, b - cut, 0)
-            figs["chars_before"][fast] = before[fast]
-            figs["chars_after"][fast] = after[fast]
-            figs["messages_before"][fast] = (b - a)[fast]
-            figs["messages_after"][fast] = (head - a + b - cut)[fast]
-            figs["groups_removed"][fast] = groups[fast]
-            triggered[fast] = fired[fast].astype(bool)
             watermark = prepared._watermark
-            if run.reduces:
-                reached[fast] = ~((watermark >= 0) & (after[fast] > watermark))
+            kept = (b - a) - (cut - head)
+            over = (after > watermark) if watermark >= 0 else None
+            if not object_rows.size:
+                # Every row measured here: the kernel's arrays are the figures.
+                starts[0::2], lengths[0::2] = a, head - a
+                starts[1::2], lengths[1::2] = cut, b - cut
+                figs.update(chars_before=before, chars_after=after, messages_before=b - a,
+                            messages_after=kept, groups_removed=groups)
+                triggered = fired != 0
+                if run.reduces:
+                    reached = ~over if over is not None else np.ones(n, dtype=bool)
+                else:
+                    reached_null[:] = True
+                changed = bool(np.any(cut != head))
             else:
-                reached_null[fast] = True
-            changed = bool(np.any(cut[fast] != head[fast]))
+                starts[0::2], lengths[0::2] = a, np.where(fast, head - a, 0)
+                starts[1::2] = np.where(fast, cut, b)
+                lengths[1::2] = np.where(fast, b - cut, 0)
+                figs["chars_before"][fast] = before[fast]
+                figs["chars_after"][fast] = after[fast]
+                figs["messages_before"][fast] = (b - a)[fast]
+                figs["messages_after"][fast] = kept[fast]
+                figs["groups_removed"][fast] = groups[fast]
+                triggered[fast] = fired[fast].astype(bool)
+                if run.reduces:
+                    reached[fast] = True if over is None else ~over[fast]
+                else:
+                    reached_null[fast] = True
+                changed = bool(np.any(cut[fast] != head[fast]))
             w_row, w_frag, w_index, w_code, w_id = warn
             if len(w_row):
                 w_rows.append(w_row)
@@ -1085,7 +1106,6 @@ class _Chunk:
                 w_cols[3].append(measured.id_strings(w_id).cast(pa.string()))
         # The object path, row by row.
         new: list[dict[str, Any]] = []
-        object_rows = np.flatnonzero(slow)
         pieces: dict[int, list[int]] = {}
         ow_rows: list[int] = []
         ow: list[list[Any]] = [[], [], [], []]
@@ -1342,7 +1362,10 @@ def _figures(done: list[_Chunk], run: _Run) -> Any:
     schema = figures_schema(run.counted)
 
     def cat(parts: list[Any], dtype: Any) -> Any:
-        return np.concatenate(parts).astype(dtype) if parts else np.zeros(0, dtype=dtype)
+        if len(parts) == 1:
+            return parts[0].astype(dtype, copy=False)
+        return np.concatenate(parts).astype(dtype, copy=False) if parts else np.zeros(
+            0, dtype=dtype)
 
     columns: dict[str, Any] = {}
     for name in FIGURE_COLUMNS[:5]:
