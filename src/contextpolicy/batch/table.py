@@ -1140,7 +1140,12 @@ class _Chunk:
                     ow[k].append(w[k])
         self.path = np.where(slow, 1, 0).astype(np.int8)
         self.figs, self.triggered, self.tokens = figs, triggered, tokens
-        self.reached = pa.array(reached, mask=reached_null, type=pa.bool_())
+        if not reached_null.any():
+            self.reached = pa.array(reached, type=pa.bool_())
+        elif reached_null.all():
+            self.reached = pa.nulls(n, type=pa.bool_())
+        else:
+            self.reached = pa.array(reached, mask=reached_null, type=pa.bool_())
         if ow_rows:
             w_rows.append(np.asarray(ow_rows, dtype=np.int64))
             w_cols[0].append(pa.array(ow[0], type=pa.string()))
@@ -1375,8 +1380,11 @@ def _figures(done: list[_Chunk], run: _Run) -> Any:
         pa.array([], type=pa.bool_())
     columns["warnings"] = pa.concat_arrays([c.warnings for c in done]) if done else \
         pa.array([], type=warning_type())
-    paths = pa.array([FAST, OBJECT], type=pa.string())
-    columns["path"] = paths.take(pa.array(cat([c.path for c in done], np.int8)))
+    path = cat([c.path for c in done], np.int8)
+    if path.any():
+        columns["path"] = pa.array([FAST, OBJECT], type=pa.string()).take(pa.array(path))
+    else:  # every row on the columnar path
+        columns["path"] = pa.repeat(pa.scalar(FAST, type=pa.string()), len(path))
     if run.counted:
         columns["tokens_before"] = pa.array(cat([c.tokens[0] for c in done], np.int64))
         columns["tokens_after"] = pa.array(cat([c.tokens[1] for c in done], np.int64))
