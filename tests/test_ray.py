@@ -5,10 +5,6 @@ main suite deselects it, and CI runs it on its own after installing the extras
 
 from __future__ import annotations
 
-import os
-import shutil
-import tempfile
-
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -28,37 +24,51 @@ def words() -> object:
 
 
 @pytest.fixture(scope="module")
-def cluster():
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    import ray
-
-    temp = tempfile.mkdtemp(prefix="cp-ray-")
-    ray.init(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False,
-             _temp_dir=temp, log_to_driver=False, configure_logging=False)
-    try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = False
-        yield ray
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)
+def cluster(ray_cluster):
+    return ray_cluster
 
 
-def test_parquet_in_parquet_out_equals_one_process(cluster, tmp_path):
+@pytest.mark.parametrize("workers", [None, 2], ids=["tasks", "actors"])
+def test_parquet_in_parquet_out_equals_one_process(cluster, tmp_path, workers):
     from contextpolicy.batch.ray import reduce_dataset
 
     chats = synthetic.corpus("chats", 2000, 21)
     table = pa.table({"id": list(range(len(chats))), "messages": chats})
     pq.write_table(table, tmp_path / "in.parquet", row_group_size=500)
     ds = cluster.data.read_parquet(str(tmp_path / "in.parquet"))
-    reduce_dataset(ds, POLICY, workers=2, num_cpus=0.5, batch_size=500).write_parquet(
+    reduce_dataset(ds, POLICY, workers=workers, num_cpus=0.5, batch_size=500).write_parquet(
         str(tmp_path / "out"))
     got = pq.read_table(tmp_path / "out").sort_by("id")
     expected = reduce_table(table, POLICY)
     assert got.column("messages").to_pylist() == expected.table.column("messages").to_pylist()
     figures = got.column("figures").to_pylist()
     assert figures == expected.figures.to_pylist()
+
+
+class _Recorded:
+    """A dataset that records what ``map_batches`` is asked to run."""
+
+    def map_batches(self, fn, **kwargs):
+        self.fn, self.kwargs = fn, kwargs
+        return self
+
+
+def test_actors_only_where_something_is_built_once_per_worker():
+    import ray
+
+    from contextpolicy.batch.ray import ReduceBatches, reduce_dataset
+
+    plain = reduce_dataset(_Recorded(), POLICY, num_cpus=0.5)
+    assert plain.fn is not ReduceBatches and "compute" not in plain.kwargs
+    assert plain.kwargs["fn_kwargs"]["policy"] is POLICY and plain.kwargs["num_cpus"] == 0.5
+    for given in ({"make_counter": words}, {"make_handlers": dict}, {"workers": 3}):
+        pooled = reduce_dataset(_Recorded(), POLICY, **given)
+        assert pooled.fn is ReduceBatches
+        assert isinstance(pooled.kwargs["compute"], ray.data.ActorPoolStrategy)
+        assert pooled.kwargs["compute"].max_size == given.get("workers", 1)
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="workers: expected an integer >= 1 or None"):
+            reduce_dataset(_Recorded(), POLICY, workers=bad)
 
 
 def test_counter_built_once_per_worker(cluster):

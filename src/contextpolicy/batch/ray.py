@@ -67,25 +67,42 @@ class ReduceBatches:
         return out.append_column(self.figures_column, struct)
 
 
+def _reduce_batch(batch: Any, *, policy: Any, column: str, figures_column: str | None) -> Any:
+    """One batch reduced by a Ray task (``reduce_dataset`` without actors)."""
+    return ReduceBatches(policy, column=column, figures_column=figures_column)(batch)
+
+
 def reduce_dataset(ds: Any, policy: Any, *, column: str = "messages",
                    make_counter: Callable[[], Any] | None = None,
                    make_handlers: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
-                   figures_column: str | None = "figures", workers: int = 1,
+                   figures_column: str | None = "figures", workers: int | None = None,
                    num_cpus: float = 1.0, batch_size: int | None = 4096,
                    **map_batches: Any) -> Any:
-    """``ds`` with every row's ``column`` reduced by ``policy`` (lazily, as Ray Data runs),
-    by a pool of ``workers`` actors of ``num_cpus`` each (leave the reading and writing tasks a
-    CPU: on a two-CPU machine, two one-CPU actors would starve them). Further keywords go to
-    ``map_batches``."""
+    """``ds`` with every row's ``column`` reduced by ``policy`` (lazily, as Ray Data runs).
+
+    With ``make_counter`` or ``make_handlers`` (something to build once per worker), or a
+    number of ``workers``, the batches go to a pool of ``workers`` actors (default 1) of
+    ``num_cpus`` each, each built once (:class:`ReduceBatches`). Otherwise nothing needs
+    building on a worker, and Ray tasks of ``num_cpus`` each reduce the batches: actors take
+    seconds to start on every run, tasks run in Ray's worker processes as they are. Leave the
+    reading and writing tasks a CPU (on a two-CPU machine, two one-CPU actors would starve
+    them). Further keywords go to ``map_batches``."""
     import ray
 
-    kwargs: dict[str, Any] = {
-        "fn_constructor_kwargs": {"policy": policy, "column": column,
-                                  "make_counter": make_counter, "make_handlers": make_handlers,
-                                  "figures_column": figures_column},
-        "batch_format": "pyarrow", "batch_size": batch_size, "num_cpus": num_cpus,
-        "compute": ray.data.ActorPoolStrategy(size=workers),
-    }
+    if isinstance(workers, bool) or not (workers is None or (isinstance(workers, int)
+                                                             and workers >= 1)):
+        raise ValueError(f"workers: expected an integer >= 1 or None, got {workers!r}")
+    kwargs: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": batch_size,
+                              "num_cpus": num_cpus}
+    if make_counter is None and make_handlers is None and workers is None:
+        kwargs["fn_kwargs"] = {"policy": policy, "column": column,
+                               "figures_column": figures_column}
+        kwargs.update(map_batches)
+        return ds.map_batches(_reduce_batch, **kwargs)
+    kwargs["fn_constructor_kwargs"] = {
+        "policy": policy, "column": column, "make_counter": make_counter,
+        "make_handlers": make_handlers, "figures_column": figures_column}
+    kwargs["compute"] = ray.data.ActorPoolStrategy(size=workers or 1)
     kwargs.update(map_batches)
     return ds.map_batches(ReduceBatches, **kwargs)
 

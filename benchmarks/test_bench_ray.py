@@ -1,0 +1,103 @@
+"""The ``[ray]`` extra's cost per row: ``reduce_dataset`` reading chats from Parquet on a local
+Ray cluster (2 CPUs, started and stopped by the module), against ``reduce_table`` alone on the
+same rows in memory, ``pq.read_table`` + ``reduce_table`` in one process, and Ray's own
+``read_parquet`` with nothing after it; ``reduce_dataset`` by Ray tasks (its default for a
+plain policy) and by a pool of two actors. Each Ray round is a whole run: the actors (if any)
+started, the file read, the rows reduced and the result materialized. The reduced rows equal
+``reduce_table``'s.
+
+Marked ``extras`` (as ``tests/test_ray.py``): collected only with ``-m extras``. Measured:
+``pytest benchmarks/test_bench_ray.py -m extras --benchmark-enable --benchmark-only``, 50,000
+chats in row groups of 5,000; unmeasured, 2,000 in row groups of 500.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from contextpolicy import synthetic
+from contextpolicy.batch import reduce_table
+
+from .conftest import cached, measuring
+
+pytestmark = pytest.mark.extras
+
+POLICY = {"mode": "reduce", "triggerChars": 2000, "targetInputChars": 1500, "steps": [
+    {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 1000,
+     "grouping": {"kind": "user-turn"}, "keepGroups": 1}]}
+
+
+@pytest.fixture(scope="module")
+def chats_file(request, tmp_path_factory) -> tuple[Any, Any]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    full = measuring(request.config)
+    n, group = (50_000, 5_000) if full else (2_000, 500)
+    table = cached(("ray-chats", n), lambda: pa.table({
+        "id": list(range(n)), "messages": synthetic.corpus("chats", n, 43)}))
+    path = tmp_path_factory.mktemp("bench-ray") / "chats.parquet"
+    pq.write_table(table, path, row_group_size=group)
+    return table, path
+
+
+def label(benchmark, table, kind: str) -> None:
+    import pyarrow.compute as pc
+
+    benchmark.group = "reduce chats from Parquet on a local Ray cluster"
+    benchmark.extra_info.update(
+        kind=kind, conversations=table.num_rows,
+        messages=int(pc.sum(pc.list_value_length(table.column("messages"))).as_py()))
+
+
+def rounds(request) -> int:
+    return 5 if measuring(request.config) else 1
+
+
+def test_reduce_table_alone(benchmark, request, chats_file):
+    table, _path = chats_file
+    label(benchmark, table, "reduce-table")
+    benchmark.pedantic(reduce_table, (table, POLICY), rounds=4 * rounds(request), iterations=1,
+                       warmup_rounds=1)
+
+
+def test_pyarrow_read_and_reduce(benchmark, request, chats_file):
+    import pyarrow.parquet as pq
+
+    table, path = chats_file
+    label(benchmark, table, "pyarrow-read+reduce-table")
+    out = benchmark.pedantic(lambda: reduce_table(pq.read_table(path), POLICY),
+                             rounds=rounds(request), iterations=1, warmup_rounds=1)
+    assert out.table.column("messages").to_pylist() == \
+        reduce_table(table, POLICY).table.column("messages").to_pylist()
+
+
+def test_ray_read_parquet(benchmark, request, ray_cluster, chats_file):
+    table, path = chats_file
+    label(benchmark, table, "ray-read-parquet")
+    out = benchmark.pedantic(lambda: ray_cluster.data.read_parquet(str(path)).materialize(),
+                             rounds=rounds(request), iterations=1, warmup_rounds=1)
+    assert out.count() == table.num_rows
+
+
+@pytest.mark.parametrize("workers", [None, 2], ids=["tasks", "actors"])
+def test_ray_read_and_reduce_dataset(benchmark, request, ray_cluster, chats_file, workers):
+    import pyarrow as pa
+
+    from contextpolicy.batch.ray import reduce_dataset
+
+    table, path = chats_file
+
+    def run() -> Any:
+        ds = ray_cluster.data.read_parquet(str(path))
+        return reduce_dataset(ds, POLICY, workers=workers, num_cpus=0.5).materialize()
+
+    label(benchmark, table, "ray-read+reduce-dataset" + ("-actors" if workers else ""))
+    out = benchmark.pedantic(run, rounds=rounds(request), iterations=1, warmup_rounds=1)
+    got = pa.concat_tables(ray_cluster.get(out.to_arrow_refs())).sort_by("id")
+    expected = reduce_table(table, POLICY)
+    assert got.column("messages").to_pylist() == \
+        expected.table.column("messages").to_pylist()
+    assert got.column("figures").to_pylist() == expected.figures.to_pylist()
