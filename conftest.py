@@ -4,17 +4,13 @@
 functions. ``pipeline_kernel`` makes each kernel the live one for a whole module, so that
 ``process_context`` and everything above it run on the compiled kernel and on the twin in one
 pytest run. A missing compiled module is an error, never a silent skip, unless
-``--no-c-extensions`` is given (which deselects the ``c`` parameter). ``ray_cluster`` is a
-local Ray cluster for the ``[ray]`` extra's tests and benchmark.
+``--no-c-extensions`` is given (which deselects the ``c`` parameter).
 """
 
 from __future__ import annotations
 
 import importlib
-import os
 import re
-import shutil
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -91,23 +87,3 @@ def pipeline_kernel(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
         yield impl
     finally:
         _kernel.use(previous)
-
-
-@pytest.fixture(scope="module")
-def ray_cluster() -> Iterator[ModuleType]:
-    """A local Ray cluster (2 CPUs, a small object store, no dashboard, no usage stats) that
-    the module starts and stops, its temporary directory removed; yields the ``ray`` module."""
-    os.environ["RAY_USAGE_STATS_ENABLED"] = "0"
-    import ray
-
-    temp = tempfile.mkdtemp(prefix="cp-ray-")
-    ray.init(num_cpus=2, object_store_memory=200 * 1024 * 1024, include_dashboard=False,
-             _temp_dir=temp, log_to_driver=False, configure_logging=False)
-    try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.execution_options.preserve_order = True
-        ctx.enable_progress_bars = False
-        yield ray
-    finally:
-        ray.shutdown()
-        shutil.rmtree(temp, ignore_errors=True)

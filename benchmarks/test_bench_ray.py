@@ -13,12 +13,14 @@ chats in row groups of 5,000; unmeasured, 2,000 in row groups of 500.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from contextpolicy import synthetic
 from contextpolicy.batch import reduce_table
+from tests.test_ray import local_cluster
 
 from .conftest import cached, measuring
 
@@ -27,6 +29,11 @@ pytestmark = pytest.mark.extras
 POLICY = {"mode": "reduce", "triggerChars": 2000, "targetInputChars": 1500, "steps": [
     {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 1000,
      "grouping": {"kind": "user-turn"}, "keepGroups": 1}]}
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Iterator[Any]:
+    yield from local_cluster()
 
 
 @pytest.fixture(scope="module")
@@ -74,16 +81,16 @@ def test_pyarrow_read_and_reduce(benchmark, request, chats_file):
         reduce_table(table, POLICY).table.column("messages").to_pylist()
 
 
-def test_ray_read_parquet(benchmark, request, ray_cluster, chats_file):
+def test_ray_read_parquet(benchmark, request, cluster, chats_file):
     table, path = chats_file
     label(benchmark, table, "ray-read-parquet")
-    out = benchmark.pedantic(lambda: ray_cluster.data.read_parquet(str(path)).materialize(),
+    out = benchmark.pedantic(lambda: cluster.data.read_parquet(str(path)).materialize(),
                              rounds=rounds(request), iterations=1, warmup_rounds=1)
     assert out.count() == table.num_rows
 
 
 @pytest.mark.parametrize("workers", [None, 2], ids=["tasks", "actors"])
-def test_ray_read_and_reduce_dataset(benchmark, request, ray_cluster, chats_file, workers):
+def test_ray_read_and_reduce_dataset(benchmark, request, cluster, chats_file, workers):
     import pyarrow as pa
 
     from contextpolicy.batch.ray import reduce_dataset
@@ -91,12 +98,12 @@ def test_ray_read_and_reduce_dataset(benchmark, request, ray_cluster, chats_file
     table, path = chats_file
 
     def run() -> Any:
-        ds = ray_cluster.data.read_parquet(str(path))
+        ds = cluster.data.read_parquet(str(path))
         return reduce_dataset(ds, POLICY, workers=workers, num_cpus=0.5).materialize()
 
     label(benchmark, table, "ray-read+reduce-dataset" + ("-actors" if workers else ""))
     out = benchmark.pedantic(run, rounds=rounds(request), iterations=1, warmup_rounds=1)
-    got = pa.concat_tables(ray_cluster.get(out.to_arrow_refs())).sort_by("id")
+    got = pa.concat_tables(cluster.get(out.to_arrow_refs())).sort_by("id")
     expected = reduce_table(table, POLICY)
     assert got.column("messages").to_pylist() == \
         expected.table.column("messages").to_pylist()

@@ -105,6 +105,23 @@ def _calls_sql(fields: list[str]) -> str:
             "c.function.name), 0) + coalesce(length(c.function.arguments), 0))), 0)")
 
 
+def _kept_turns_sql(target: int, keep: int) -> str:
+    """From the turns ``g`` (``id``, ``i``, ``chars``, ``turn``): ``cut``, each conversation's
+    first kept message, that of the longest suffix of turns within ``target`` but at least
+    ``keep`` turns."""
+    return f"""s AS (
+      SELECT id, turn, min(i) AS first, sum(chars) AS gchars FROM g GROUP BY id, turn
+    ), k AS (
+      SELECT id, first,
+             sum(gchars) OVER (PARTITION BY id ORDER BY turn DESC) AS suffix,
+             row_number() OVER (PARTITION BY id ORDER BY turn DESC) AS rk
+      FROM s
+    ), cut AS (
+      SELECT id, min(first) AS first FROM k WHERE suffix <= {target} OR rk <= {keep}
+      GROUP BY id
+    )"""
+
+
 def _duckdb_sketch_sql(table, policy) -> str:
     """The issue's sketch of the trim: unnest, a running count of user messages per
     conversation, suffix sums of group chars, a filter, ``list_slice``. It is not the same
@@ -125,17 +142,7 @@ def _duckdb_sketch_sql(table, policy) -> str:
       SELECT *, sum(CASE WHEN role = 'user' THEN 1 ELSE 0 END)
                   OVER (PARTITION BY id ORDER BY i) AS turn
       FROM m
-    ), s AS (
-      SELECT id, turn, min(i) AS first, sum(chars) AS gchars FROM g GROUP BY id, turn
-    ), k AS (
-      SELECT id, turn, first,
-             sum(gchars) OVER (PARTITION BY id ORDER BY turn DESC) AS suffix,
-             row_number() OVER (PARTITION BY id ORDER BY turn DESC) AS rk
-      FROM s
-    ), cut AS (
-      SELECT id, min(first) AS first FROM k WHERE suffix <= {target} OR rk <= {keep}
-      GROUP BY id
-    )
+    ), {_kept_turns_sql(target, keep)}
     SELECT t.id, list_slice(t.messages, cut.first, len(t.messages)) AS messages
     FROM t JOIN cut USING (id) ORDER BY t.id
     """
@@ -186,17 +193,7 @@ def _duckdb_same_sql(table, policy) -> str:
       SELECT m.id, m.i, m.chars,
              sum(m.opens::INTEGER) OVER (PARTITION BY m.id ORDER BY m.i) AS turn
       FROM m JOIN q USING (id) WHERE m.i > q.head AND m.i <= q.tail
-    ), s AS (
-      SELECT id, turn, min(i) AS first, sum(chars) AS gchars FROM g GROUP BY id, turn
-    ), k AS (
-      SELECT id, first,
-             sum(gchars) OVER (PARTITION BY id ORDER BY turn DESC) AS suffix,
-             row_number() OVER (PARTITION BY id ORDER BY turn DESC) AS rk
-      FROM s
-    ), cut AS (
-      SELECT id, min(first) AS first FROM k WHERE suffix <= {target} OR rk <= {keep}
-      GROUP BY id
-    )
+    ), {_kept_turns_sql(target, keep)}
     SELECT t.id, CASE WHEN cut.first IS NULL THEN t.messages
                       ELSE list_concat(list_slice(t.messages, 1, q.head),
                                        list_slice(t.messages, cut.first, len(t.messages)))
