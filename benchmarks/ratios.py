@@ -32,6 +32,8 @@ def main(path: str) -> None:
                 line += f"  {stats['min'] * 1e6 / extra['conversations']:8.2f} us/conversation"
             if "median_us" in extra:
                 line += f" (median {extra['median_us']:.2f})"
+            if "columnar_share" in extra:
+                line += f"  {extra['columnar_share']:.1%} of rows columnar"
             if "bytes" in extra:
                 line += f"  {extra['bytes'] / stats['min'] / 1e9:6.2f} GB/s"
             print(line)
