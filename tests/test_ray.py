@@ -15,8 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from contextpolicy import synthetic
+from contextpolicy import ContextPolicyError, synthetic, validate_context_policy
 from contextpolicy.batch import reduce_table
+from contextpolicy.prepared import PreparedPolicy
 
 pytestmark = pytest.mark.extras
 
@@ -86,7 +87,13 @@ def test_actors_only_where_something_is_built_once_per_worker():
 
     plain = reduce_dataset(_Recorded(), POLICY, num_cpus=0.5)
     assert plain.fn is not ReduceBatches and "compute" not in plain.kwargs
-    assert plain.kwargs["fn_kwargs"]["policy"] is POLICY and plain.kwargs["num_cpus"] == 0.5
+    prepared = plain.kwargs["fn_kwargs"]["policy"]  # prepared once, here
+    assert isinstance(prepared, PreparedPolicy)
+    assert prepared.policy == validate_context_policy(POLICY)
+    assert plain.kwargs["num_cpus"] == 0.5
+    with pytest.raises(ContextPolicyError) as info:  # checked before Ray runs anything
+        reduce_dataset(_Recorded(), {**POLICY, "triggerChar": 5})
+    assert [i.code for i in info.value.issues] == ["unknown-key"]
     for given in ({"make_counter": words}, {"make_handlers": dict}, {"workers": 3}):
         pooled = reduce_dataset(_Recorded(), POLICY, **given)
         assert pooled.fn is ReduceBatches

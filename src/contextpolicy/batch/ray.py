@@ -83,8 +83,9 @@ def reduce_dataset(ds: Any, policy: Any, *, column: str = "messages",
     With ``make_counter`` or ``make_handlers`` (something to build once per worker), or a
     number of ``workers``, the batches go to a pool of ``workers`` actors (default 1) of
     ``num_cpus`` each, each built once (:class:`ReduceBatches`). Otherwise nothing needs
-    building on a worker, and Ray tasks of ``num_cpus`` each reduce the batches: actors take
-    seconds to start on every run, tasks run in Ray's worker processes as they are. Leave the
+    building on a worker: the policy is checked and prepared here (a
+    :class:`~contextpolicy.ContextPolicyError` at once), and Ray tasks of ``num_cpus`` each
+    reduce the batches, since actors take seconds to start on every run. Leave the
     reading and writing tasks a CPU (on a two-CPU machine, two one-CPU actors would starve
     them). Further keywords go to ``map_batches``."""
     import ray
@@ -95,7 +96,10 @@ def reduce_dataset(ds: Any, policy: Any, *, column: str = "messages",
     kwargs: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": batch_size,
                               "num_cpus": num_cpus}
     if make_counter is None and make_handlers is None and workers is None:
-        kwargs["fn_kwargs"] = {"policy": policy, "column": column,
+        from ..prepared import prepare_policy
+
+        # Checked here, once: a bad policy is an error now, not in every task.
+        kwargs["fn_kwargs"] = {"policy": prepare_policy(policy), "column": column,
                                "figures_column": figures_column}
         kwargs.update(map_batches)
         return ds.map_batches(_reduce_batch, **kwargs)
