@@ -1879,10 +1879,12 @@ def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], 
     z = _c_array(stops, np.int64)
     if len(a) != len(z):
         raise ValueError(f"starts and stops differ in length ({len(a)} != {len(z)})")
-    for lo, hi in zip(a.tolist(), z.tolist(), strict=True):
+    # Read once: the bounds checked are the bounds used (another thread may change the arrays).
+    lo_list, hi_list = a.tolist(), z.tolist()
+    for lo, hi in zip(lo_list, hi_list, strict=True):
         if not 0 <= lo <= hi <= len(b):
             raise ValueError(f"line {lo}..{hi} lies outside the buffer of {len(b)} bytes")
-    return b, a.tolist(), z.tolist()
+    return b, lo_list, hi_list
 
 
 def reduce_lines(
