@@ -90,8 +90,7 @@ def reduce_dataset(ds: Any, policy: Any, *, column: str = "messages",
     them). Further keywords go to ``map_batches``."""
     import ray
 
-    if isinstance(workers, bool) or not (workers is None or (isinstance(workers, int)
-                                                             and workers >= 1)):
+    if workers is not None and (type(workers) is not int or workers < 1):
         raise ValueError(f"workers: expected an integer >= 1 or None, got {workers!r}")
     kwargs: dict[str, Any] = {"batch_format": "pyarrow", "batch_size": batch_size,
                               "num_cpus": num_cpus}
