@@ -1,4 +1,4 @@
-"""The ``contextpolicy`` command line: validate, reduce, audit, schema, bench.
+"""The ``contextpolicy`` command line: validate, reduce, audit, schema, bench, examples.
 
 Exit status: 0 success; 1 a policy that does not validate, an audit violation or a worker process
 that failed; 2 bad input or output (a file that cannot be read or written, a line that is not a
@@ -661,6 +661,19 @@ def _parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_schema)
 
     p = sub.add_parser(
+        "examples", help="copy the example policies, plans and corpus into a folder",
+        formatter_class=fmt,
+        description="Copy the example files shipped in the package (a corpus of transcripts, "
+        "policies, plans and a handlers file) into FOLDER, created if needed, to try every "
+        "command of the documentation on them.",
+        epilog="example:\n  contextpolicy examples try && cd try && "
+        "contextpolicy reduce transcripts.jsonl --policy policy-reduce.json -o out.jsonl",
+    )
+    p.add_argument("folder", metavar="FOLDER")
+    p.add_argument("--force", action="store_true", help="write over files already there")
+    p.set_defaults(func=_cmd_examples)
+
+    p = sub.add_parser(
         "bench", help="benchmark the reduction: compiled kernel vs pure twin (vs LangChain)",
         formatter_class=fmt,
         description="Time measure + group + cut and the whole process_context pipeline on "
@@ -694,6 +707,12 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     from .bench import cmd_bench
 
     return cmd_bench(args)
+
+
+def _cmd_examples(args: argparse.Namespace) -> int:
+    from .examples import cmd_examples
+
+    return cmd_examples(args)
 
 
 def _say(message: str) -> None:

@@ -1,0 +1,43 @@
+"""MkDocs hooks of the documentation site (``mkdocs.yml``): the JSON Schemas of a policy, a plan
+and a report, generated at build time by ``contextpolicy schema``, so that the pages can never
+show a schema other than the one the installed package prints.
+
+A line ``<!-- schema: policy -->`` in a page becomes the schema as a JSON block, and each schema
+is also published as a file beside the page (``reference/policy.schema.json``) for editors.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from functools import cache
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+SCHEMAS = ("policy", "plan", "report")
+MARKER = re.compile(r"^<!-- schema: (\w+) -->$", re.M)
+
+
+@cache
+def schema(what: str) -> str:
+    """What ``contextpolicy schema WHAT`` prints."""
+    if what not in SCHEMAS:
+        raise ValueError(f"unknown schema {what!r} in a page; expected one of {SCHEMAS}")
+    done = subprocess.run([sys.executable, "-m", "contextpolicy", "schema", what],
+                          capture_output=True, text=True, check=False)
+    if done.returncode != 0:
+        raise RuntimeError(f"contextpolicy schema {what} failed:\n{done.stderr}")
+    return done.stdout
+
+
+def on_files(files: Files, config: Any) -> Files:
+    for what in SCHEMAS:
+        files.append(File.generated(config, f"reference/{what}.schema.json",
+                                    content=schema(what)))
+    return files
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
+    return MARKER.sub(lambda m: f"```json\n{schema(m.group(1)).rstrip()}\n```", markdown)
