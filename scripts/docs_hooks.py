@@ -2,8 +2,12 @@
 and a report, generated at build time by ``contextpolicy schema``, so that the pages can never
 show a schema other than the one the installed package prints.
 
-A line ``<!-- schema: policy -->`` in a page becomes the schema as a JSON block, and each schema
-is also published as a file beside the page (``reference/policy.schema.json``) for editors.
+A block fenced ```` ```python extras ```` (an example the test suite runs with the optional
+extras) is shown as a Python block.
+
+A line ``<!-- schema: policy -->`` in a page (indented, inside a collapsible block) becomes the
+schema as a JSON block at that indentation, and each schema is also published as a file beside
+the reference pages (``reference/policy.schema.json``) for editors.
 """
 
 from __future__ import annotations
@@ -17,7 +21,8 @@ from typing import Any
 from mkdocs.structure.files import File, Files
 
 SCHEMAS = ("policy", "plan", "report")
-MARKER = re.compile(r"^<!-- schema: (\w+) -->$", re.M)
+MARKER = re.compile(r"^( *)<!-- schema: (\w+) -->$", re.M)
+EXTRAS_FENCE = re.compile(r"^```python extras$", re.M)
 
 
 @cache
@@ -39,5 +44,11 @@ def on_files(files: Files, config: Any) -> Files:
     return files
 
 
+def _block(match: re.Match[str]) -> str:
+    indent, what = match.groups()
+    lines = ["```json", *schema(what).rstrip().splitlines(), "```"]
+    return "\n".join(indent + line if line else line for line in lines)
+
+
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
-    return MARKER.sub(lambda m: f"```json\n{schema(m.group(1)).rstrip()}\n```", markdown)
+    return MARKER.sub(_block, EXTRAS_FENCE.sub("```python", markdown))
