@@ -289,26 +289,34 @@ def test_keep_groups_on_a_text_fragment_is_one_rule_everywhere():
 
 
 @pytest.mark.packaging  # reads the source tree, which an installed wheel's suite does not have
-def test_the_readme_architecture_tree_names_real_files():
+def test_the_architecture_tree_names_every_module_and_only_real_ones():
     from pathlib import Path
 
     root = Path(__file__).resolve().parent.parent
-    readme = (root / "README.md").read_text("utf-8")
-    tree = readme.split("## Architecture", 1)[1].split("```", 2)[1]
-    package = root / "src" / "contextpolicy"
-    named = 0
+    page = (root / "docs" / "contributing" / "architecture.md").read_text("utf-8")
+    tree = page.split("```text\n", 1)[1].split("```", 1)[0]
+    named: set[Path] = set()
+    stack: list[Path] = []
     for line in tree.splitlines():
-        folder = package  # a folder named on a line holds the files after it on that line
-        for word in line.replace("├──", " ").replace("└──", " ").split():
-            if word.endswith("/") and word != "src/contextpolicy/":
-                base = root if word == "csrc/" else package
-                folder = base / word.rstrip("/")
-                assert folder.is_dir(), word
-                named += 1
-            elif word.endswith((".py", ".pyx", ".h")) and not word.startswith("("):
-                assert (folder / word).is_file(), word
-                named += 1
-    assert named >= 25
+        start = next(i for i, c in enumerate(line) if c.isalnum() or c in "_.")
+        name = line[start:].split()[0]
+        depth = start // 4  # "├── " is one level
+        base = stack[depth - 1] if depth else root
+        path = base / name.rstrip("/")
+        assert path.exists(), f"{name} (at {path.relative_to(root)}) does not exist"
+        del stack[depth:]
+        if name.endswith("/"):
+            stack.append(path)
+        else:
+            named.add(path)
+    package = root / "src" / "contextpolicy"
+    # a subpackage's __init__.py is named by its folder
+    modules = {p for p in package.rglob("*.py")
+               if p.name != "__init__.py" or p.parent == package}
+    kernel = {p for p in (root / "csrc").iterdir() if p.suffix in (".pyx", ".pxi", ".pxd", ".h")}
+    unnamed = sorted(str(p.relative_to(root)) for p in (modules | kernel) - named)
+    assert unnamed == [], f"the architecture page does not name {unnamed}"
+    assert len(named) >= 50
 
 
 def test_every_test_the_guarantees_name_exists():
