@@ -64,7 +64,8 @@ def leftovers(folder: Path) -> list[str]:
 # help and the example run
 
 
-@pytest.mark.parametrize("command", ["validate", "reduce", "audit", "schema", "bench"])
+@pytest.mark.parametrize("command", ["validate", "reduce", "audit", "schema", "bench",
+                                     "examples"])
 def test_every_subcommand_has_help_with_an_example(command):
     result = run(command, "--help")
     assert result.returncode == 0
