@@ -5,6 +5,10 @@ show a schema other than the one the installed package prints.
 A block fenced ```` ```python extras ```` (an example the test suite runs with the optional
 extras) is shown as a Python block.
 
+The docstrings the API reference renders are written with Sphinx's roles
+(``:class:`~contextpolicy.errors.Issue```); their role prefixes are dropped from the page, and a
+``~``-qualified name shows its last part, as Sphinx shows it.
+
 A line ``<!-- schema: policy -->`` in a page (indented, inside a collapsible block) becomes the
 schema as a JSON block at that indentation, and each schema is also published as a file beside
 the reference pages (``reference/policy.schema.json``) for editors.
@@ -23,6 +27,8 @@ from mkdocs.structure.files import File, Files
 SCHEMAS = ("policy", "plan", "report")
 MARKER = re.compile(r"^( *)<!-- schema: (\w+) -->$", re.M)
 EXTRAS_FENCE = re.compile(r"^```python extras$", re.M)
+ROLE = re.compile(r":(?:class|func|meth|attr|mod|data|exc|obj):(?=<code>)")
+TILDE = re.compile(r"<code>~(?:\w+\.)*(\w+)</code>")
 
 
 @cache
@@ -52,3 +58,7 @@ def _block(match: re.Match[str]) -> str:
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Files) -> str:
     return MARKER.sub(_block, EXTRAS_FENCE.sub("```python", markdown))
+
+
+def on_page_content(html: str, page: Any, config: Any, files: Files) -> str:
+    return TILDE.sub(r"<code>\1</code>", ROLE.sub("", html))
