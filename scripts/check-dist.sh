@@ -126,7 +126,8 @@ with tarfile.open(sdist) as tar:
 for needed in ("csrc/_kernel_c.pyx", "csrc/utf8.h", "setup.py", "pyproject.toml", "LICENSE",
                "README.md", "build-constraints.txt", "conftest.py", "tests/conftest.py",
                "tests/strategies.py", "tests/test_kernel.py", "benchmarks/conftest.py",
-               "src/contextpolicy/examples/transcripts.jsonl", "src/contextpolicy/py.typed"):
+               "src/contextpolicy/examples/transcripts.jsonl", "src/contextpolicy/py.typed",
+               "mkdocs.yml", "docs/index.md", "tests/docs_examples.py"):
     if needed not in names:
         problems.append(f"sdist: {needed} is missing")
 problems += [f"sdist: generated {n} is shipped" for n in names if n.endswith((".c", ".so"))]
