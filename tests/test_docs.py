@@ -4,6 +4,7 @@ kernel and on the twin. The examples of the optional extras run in ``test_docs_e
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -18,6 +19,7 @@ from .docs_examples import (
     check_json,
     check_python,
     copy_examples,
+    pages,
 )
 
 PYTHON = all_blocks("python")
@@ -52,18 +54,14 @@ def test_json_example_is_valid(block: Block):
     check_json(block)
 
 
-def test_the_site_has_examples_of_every_kind():
+def test_the_site_has_examples_of_every_kind_and_no_other():
     extras = all_blocks("python extras")
     assert len(PYTHON) >= 25 and len(CONSOLE) >= 8 and len(extras) >= 8
-    unknown = {b.lang for b in all_blocks_any()} - {
-        "python", "python extras", "console", "json", "text", "bash"}
-    assert not unknown, f"blocks of kinds the tests do not know: {unknown}"
-
-
-def all_blocks_any() -> list[Block]:
-    from .docs_examples import pages
-
-    return [b for page in pages() for b in blocks_of(page)]
+    every = [b for page in pages() for b in blocks_of(page)]
+    unknown = {
+        b.where: b.lang for b in every
+        if b.lang not in ("python", "python extras", "console", "json", "text", "bash")}
+    assert unknown == {}, "blocks of kinds the tests do not run or show"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -80,8 +78,7 @@ def test_the_readme_is_short():
 def test_the_readme_quick_start_runs_alone_in_a_fresh_interpreter(pure, tmp_path):
     first = next(b for b in blocks_of(README) if b.lang == "python")
     assert first.expected, "the quick start shows what it prints"
-    env = {k: v for k, v in __import__("os").environ.items()
-           if k != "CONTEXTPOLICY_PURE_PYTHON"}
+    env = {k: v for k, v in os.environ.items() if k != "CONTEXTPOLICY_PURE_PYTHON"}
     if pure:
         env["CONTEXTPOLICY_PURE_PYTHON"] = "1"
     done = subprocess.run([sys.executable, "-c", first.code], capture_output=True, text=True,
