@@ -1917,9 +1917,10 @@ def reduce_lines(
     line of the object path): handled, triggered, target reached, chars before and after,
     messages before and after, messages removed, groups removed, orphan results, unanswered
     calls, reduced (chars or messages went down), and one for each of ``MISSED_REASONS`` (1 for
-    the reason of a line that missed its target); with ``raw``, per line ``None`` (the object path) or ``(records, id span)``: the
-    records of :func:`reduce_transcript` (each changed fragment's kept list as ``True``, the
-    input as ``None``) and where the line's ``id`` value lies in ``data``.
+    the reason of a line that missed its target); with ``raw``, per line ``None`` (the object
+    path) or ``(records, id span)``: the records of :func:`reduce_transcript` (each changed
+    fragment's kept list as ``True``, the input as ``None``) and where the line's ``id`` value
+    lies in ``data``.
 
     The kept messages are copied byte for byte, and so is everything around the ``messages``
     array, without the whitespace around the line; a line that loses no message is copied

@@ -146,7 +146,8 @@ class ReduceLines:
             f = r.figures
             rows.append(None if f is None else {
                 "triggered": bool(f[0]), "target_reached": bool(f[1]),
-                "missed_reason": f.missed[0] if f.missed else None, "reduced": bool(f.reduced),
+                # a line's figures: its missed reason as a list of one, or none
+                "missed_reason": next(iter(f.missed), None), "reduced": bool(f.reduced),
                 "chars_before": f[2],
                 "chars_after": f[3], "messages_before": f[4], "messages_after": f[5],
                 "messages_removed": f[6], "groups_removed": f[7],
