@@ -153,9 +153,13 @@ def test_nothing_to_compress():
 
 
 def test_a_step_that_failed():
+    events: list[Any] = []
     report = process_context(plan_of(transcript(turns(10))), reduce_policy(compress(100)),
-                             handlers={"boom": boom}).report
+                             handlers={"boom": boom}, on_event=events.append).report
     assert report.steps[0].status == "failed" and report.missed_reason == "step-failed"
+    # The last event says it too.
+    assert events[-1].type == "context.completed"
+    assert events[-1].data["missedReason"] == "step-failed"
 
 
 def test_precedence():

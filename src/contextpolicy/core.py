@@ -329,7 +329,8 @@ class _Run:
         if listening:
             self.emit("context.completed", {"before": before, "after": after,
                                             "triggered": data.triggered,
-                                            "targetReached": data.target_reached})
+                                            "targetReached": data.target_reached,
+                                            "missedReason": data.missed_reason})
         if data.audit is not None and not data.audit.passed:
             raise ContextAuditError(result.report)
         return result
