@@ -77,6 +77,8 @@ cdef extern from "_tables.h":
     int CP_KEY_NAME, CP_KEY_INPUT, CP_KEY_FUNCTION, CP_KEY_ARGUMENTS, CP_KEY_ID
     int CP_KEY_TOOL_CALL_ID, CP_KEY_TOOL_USE_ID, CP_KEY_CALL_ID, CP_KEY_OUTPUT, CP_KEY_SUMMARY
     int CP_KEY_THINKING, CP_KEY_ENCRYPTED_CONTENT, CP_MAX_NESTING
+    int CP_MISSED_NONE, CP_MISSED_PROTECTED_OVER_TARGET, CP_MISSED_STEP_FAILED
+    int CP_MISSED_KEEP_GROUPS_FLOOR, CP_MISSED_NO_STEP_COULD_ACT, CP_MISSED_COUNT
     enum: CP_KEY_COUNT
     int cp_role_code(const char* s, Py_ssize_t n) nogil
     int cp_part_code(const char* s, Py_ssize_t n) nogil
@@ -92,6 +94,7 @@ cdef extern from "_tables.h":
     const char* const cp_group_names[]
     const int cp_group_codes[]
     const char* const cp_key_names[]
+    const char* const cp_missed_names[]
 
 cdef extern from *:
     """
@@ -168,6 +171,7 @@ def _built_tables():
         "groups": {cp_group_names[i].decode(): cp_group_codes[i] for i in range(CP_GROUP_COUNT)},
         "keys": [cp_key_names[i].decode() for i in range(CP_KEY_COUNT - 1)],
         "max_nesting": CP_MAX_NESTING,
+        "missed": [cp_missed_names[i].decode() for i in range(CP_MISSED_COUNT)],
     }
 
 
@@ -265,6 +269,17 @@ cdef inline bint _opens(const uint8_t* flags, Py_ssize_t i, Py_ssize_t start, ui
     if i == start:
         return True
     return (((flags[i] & mask) != 0) != invert) and not (flags[i - 1] & CP_FLAG_GLUES_NEXT)
+
+
+cdef inline int64_t _missed_code(bint over_target, bint failed, bint floor) noexcept nogil:
+    # The code of a missed target's reason, in MISSED_REASONS' order of precedence.
+    if over_target:
+        return CP_MISSED_PROTECTED_OVER_TARGET
+    if failed:
+        return CP_MISSED_STEP_FAILED
+    if floor:
+        return CP_MISSED_KEEP_GROUPS_FLOOR
+    return CP_MISSED_NO_STEP_COULD_ACT
 
 
 cdef inline int _item_kind(PyObject** slots) noexcept:
@@ -3098,6 +3113,8 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     cdef int64_t[::1] o_before = outs[3], o_after = outs[4], o_groups = outs[5]
     fired_a = np.zeros(n, dtype=np.uint8)
     cdef uint8_t[::1] o_fired = fired_a
+    missed_a = np.zeros(n, dtype=np.uint8)
+    cdef uint8_t[::1] o_missed = missed_a
     # At most one orphan per result and one unanswered call per call.
     cdef Py_ssize_t cap = result_codes.shape[0] + call_codes.shape[0]
     warn = [np.empty(cap, dtype=np.int64) for _ in range(5)]
@@ -3131,8 +3148,8 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     s.w_id = &w4[0] if cap else &dummy
     s.nwarn = 0
     cdef Py_ssize_t a, b, head, tail, h0, cut, k, a_lo, a_hi
-    cdef int64_t total, removed, groups
-    cdef bint fired
+    cdef int64_t total, removed, groups, history
+    cdef bint fired, floor
     cdef uint8_t any_tool
     with nogil:
         for r in range(n):
@@ -3153,15 +3170,22 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
             fired = trigger_chars >= 0 and total > trigger_chars
             h0 = head
             groups = 0
+            history = 0
+            for i in range(head, tail):
+                history += chars[i]
+            floor = False
             for k in range(nsteps):
                 if not fired or not (watermark_chars >= 0 and total > watermark_chars):
                     continue
                 cut = _rows_cut(&s, h0, tail, <int>spec[3 * k], spec[3 * k + 1],
                                 spec[3 * k + 2], &removed, &ngroups_seen)
-                if cut == h0:
-                    continue
                 for i in range(h0, cut):
                     total -= chars[i]
+                    history -= chars[i]
+                # The step's fragment is left above its target: the keepGroups floor.
+                floor = floor or history > spec[3 * k + 2]
+                if cut == h0:
+                    continue
                 groups += removed
                 h0 = cut
             for k in range(3):
@@ -3182,9 +3206,13 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
             o_after[r] = total
             o_groups[r] = groups
             o_fired[r] = fired
+            if fired and watermark_chars >= 0 and total > watermark_chars:
+                # What no trim may reduce: all but the history (and the history too without one).
+                o_missed[r] = _missed_code(
+                    (total - history if nsteps else total) > watermark_chars, False, floor)
     free(spec)
     nwarn = s.nwarn
-    return (*outs, fired_a, tuple([w[:nwarn].copy() for w in warn]))
+    return (*outs, fired_a, missed_a, tuple([w[:nwarn].copy() for w in warn]))
 
 
 include "_scan.pxi"

@@ -30,6 +30,7 @@ cdef object _loads = _orjson.loads
 SCAN_DEPTH = _kernel_py.SCAN_DEPTH
 SCAN_NUMBER = _kernel_py.SCAN_NUMBER
 SCAN_FIGURES = _kernel_py.SCAN_FIGURES
+assert SCAN_FIGURES == 12 + CP_MISSED_COUNT  # _reduce_core's row
 cdef int _SCAN_DEPTH = _kernel_py.SCAN_DEPTH
 cdef int _SCAN_NUMBER = _kernel_py.SCAN_NUMBER
 
@@ -1025,7 +1026,7 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     # Written in place, once: no output is longer than its line and a newline.
     result = PyByteArray_FromStringAndSize(NULL, total)
     cdef char* out = PyByteArray_AS_STRING(result)
-    cdef int64_t cuts[5]
+    cdef int64_t cuts[_CUTS]
     cdef int64_t* steps_rec = NULL
     cdef Py_ssize_t done_at
     cdef _Buf entries
@@ -1116,15 +1117,20 @@ cdef enum:
     _SLOT_TARGET_REACHED = 9
     _SLOT_STEPS = 10
     _SLOT_FRAGMENTS = 11
-    _SLOT_STATUS = 12
-    _SLOT_REASON = 13
-    _SLOT_MESSAGES_REMOVED = 18
-    _SLOT_CHANGED = 23
-    _SLOTS = 24
+    _SLOT_MISSED = 12
+    _SLOT_STATUS = 13
+    _SLOT_REASON = 14
+    _SLOT_MESSAGES_REMOVED = 19
+    _SLOT_FRAGMENT_CHARS_BEFORE = 20
+    _SLOT_CHANGED = 24
+    _SLOTS = 25
 
 ENTRY_SLOTS = _kernel_py.ENTRY_SLOTS
 assert len(ENTRY_SLOTS) == _SLOTS
 assert _kernel_py.ENTRY_SLOTS[_SLOT_STEPS] == "steps"
+assert _kernel_py.ENTRY_SLOTS[_SLOT_MISSED] == "missed-reason"
+assert _kernel_py.ENTRY_SLOTS[_SLOT_STATUS] == "status"
+assert _kernel_py.ENTRY_SLOTS[_SLOT_FRAGMENT_CHARS_BEFORE] == "fragment-chars-before"
 assert _kernel_py.ENTRY_SLOTS[_SLOT_CHANGED] == "fragment-changed"
 
 cdef struct _Program:
@@ -1156,11 +1162,13 @@ cdef tuple _entry_template(object template, Py_ssize_t nsteps):
                          "steps")
     if type(fragments) is not tuple or len(fragments) != 3:
         raise ValueError("template: expected a tuple of a program for each of the 3 fragments")
-    _entry_program(head, 0, 12, "template head")
+    _entry_program(head, 0, _SLOT_STATUS, "template head")
     for i, program in enumerate(steps):
-        _entry_program(program, 12, 19, f"template steps[{i}]")
+        _entry_program(program, _SLOT_STATUS, _SLOT_FRAGMENT_CHARS_BEFORE,
+                       f"template steps[{i}]")
     for i, program in enumerate(fragments):
-        _entry_program(program, 19, 24, f"template fragments[{i}]")
+        _entry_program(program, _SLOT_FRAGMENT_CHARS_BEFORE, _SLOTS,
+                       f"template fragments[{i}]")
     return template
 
 
@@ -1192,7 +1200,8 @@ cdef int _program_of(tuple program, _Program* out, Py_ssize_t* bound) except -1:
         bound[0] += len(piece)
         if i < n:
             out.slot[i] = <int>program[2 * i + 1]
-            bound[0] += 24  # the longest value a slot writes: 20 digits, a status, a reason
+            # the longest value a slot writes: 20 digits, a status, a reason, a missed reason
+            bound[0] += 24
     return 0
 
 
@@ -1275,6 +1284,24 @@ _REASON_JSON[1] = b'"target-reached"'
 _REASON_JSON[2] = b'"within-target"'
 _REASON_JSON[3] = b'"keep-groups-floor"'
 _REASON_JSON[4] = b'"trimmed"'
+# A missed reason's JSON by its code (0: none), as the twin writes it; the texts are held here.
+cdef list _MISSED_TEXT = []
+cdef const char* _MISSED_JSON[8]
+
+
+cdef int _missed_json() except -1:
+    cdef int i
+    assert CP_MISSED_COUNT < 8
+    _MISSED_TEXT.append(b"null")
+    for i in range(CP_MISSED_COUNT):
+        _MISSED_TEXT.append(b'"' + <bytes>cp_missed_names[i] + b'"')
+    for i in range(CP_MISSED_COUNT + 1):
+        assert len(_MISSED_TEXT[i]) <= 24  # the most _program_of allows a slot
+        _MISSED_JSON[i] = _MISSED_TEXT[i]
+    return 0
+
+
+_missed_json()
 
 
 cdef Py_ssize_t _put_value(char* out, int slot, const int64_t* v, const char* text,
@@ -1288,6 +1315,8 @@ cdef Py_ssize_t _put_value(char* out, int slot, const int64_t* v, const char* te
         return _put_bytes(out, _STATUS_JSON[v[slot]], strlen(_STATUS_JSON[v[slot]]))
     if slot == _SLOT_REASON:
         return _put_bytes(out, _REASON_JSON[v[slot]], strlen(_REASON_JSON[v[slot]]))
+    if slot == _SLOT_MISSED:
+        return _put_bytes(out, _MISSED_JSON[v[slot]], strlen(_MISSED_JSON[v[slot]]))
     if _SLOT_STATUS < slot < _SLOT_MESSAGES_REMOVED and v[_SLOT_STATUS] == _STEP_SKIPPED:
         return _put_bytes(out, b"null", 4)
     return _put_int(out, v[slot])
@@ -1330,11 +1359,11 @@ cdef Py_ssize_t _put_program(char* out, const _Program* g, int64_t* v, const cha
                 first = False
                 lo = bounds[f]
                 kept_lo = h0 if f == 1 else lo
-                v[19] = _sum(sc.chars, lo, bounds[f + 1])
-                v[20] = _sum(sc.chars, kept_lo, bounds[f + 1])
-                v[21] = bounds[f + 1] - lo
-                v[22] = bounds[f + 1] - kept_lo
-                v[23] = f == 1 and h0 != bounds[1]
+                v[_SLOT_FRAGMENT_CHARS_BEFORE] = _sum(sc.chars, lo, bounds[f + 1])
+                v[_SLOT_FRAGMENT_CHARS_BEFORE + 1] = _sum(sc.chars, kept_lo, bounds[f + 1])
+                v[_SLOT_FRAGMENT_CHARS_BEFORE + 2] = bounds[f + 1] - lo
+                v[_SLOT_FRAGMENT_CHARS_BEFORE + 3] = bounds[f + 1] - kept_lo
+                v[_SLOT_CHANGED] = f == 1 and h0 != bounds[1]
                 at += _put_program(out + at, &t.fragments[f], v, text, size, t, sc, steps_rec,
                                    present, bounds, h0)
             out[at] = 93
@@ -1377,6 +1406,7 @@ cdef bint _put_entry(const _Template* t, _Buf* b, _LineReducer r, _LineScan sc,
     v[7] = row[6]
     v[8] = _sum(sc.opaque, 0, head) + _sum(sc.opaque, h0, m)
     v[9] = cuts[_REACHED]
+    v[_SLOT_MISSED] = cuts[_MISSED]
     cdef Py_ssize_t need = b.n + t.bound + t.ids * size
     if need > b.cap:
         b.cap = max(need, 2 * b.cap, 4096)
@@ -1423,6 +1453,8 @@ cdef enum:
     _KEPT = 2
     _FIRED = 3
     _REACHED = 4
+    _MISSED = 5
+    _CUTS = 6
 
 
 cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t lo,
@@ -1452,6 +1484,7 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     cdef int64_t b_chars = total
     cdef int64_t messages_removed = 0, groups_removed = 0
     cdef int64_t* rec
+    cdef bint floor = False
     h0 = head
     hist = _sum(sc.chars, head, tail)
     for k in range(nsteps):
@@ -1467,6 +1500,7 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
         if cut == h0:
             rec[0] = _STEP_UNCHANGED
             rec[1] = _WITHIN_TARGET if hist <= specs[3 * k + 2] else _KEEP_GROUPS_FLOOR
+            floor = floor or rec[1] == _KEEP_GROUPS_FLOOR
             rec[2] = rec[3] = hist
             rec[5] = ngroups
             rec[6] = 0
@@ -1474,6 +1508,7 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
         kept_chars = hist - _sum(sc.chars, h0, cut)
         rec[0] = _STEP_APPLIED
         rec[1] = _TRIMMED if kept_chars <= specs[3 * k + 2] else _KEEP_GROUPS_FLOOR
+        floor = floor or rec[1] == _KEEP_GROUPS_FLOOR
         rec[2] = hist
         rec[3] = kept_chars
         rec[5] = ngroups - removed
@@ -1532,6 +1567,13 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     out[at] = 10
     at += 1
     cdef bint reached = not (watermark_chars >= 0 and total > watermark_chars)
+    # Why a triggered line missed its target: what no trim may reduce (all but the history, and
+    # the history too without a trim) over the target, else a keepGroups floor, else nothing
+    # more a trim could do.
+    cdef int64_t missed = CP_MISSED_NONE
+    if fired and not reached:
+        missed = _missed_code((total - hist if nsteps else total) > watermark_chars, False,
+                              floor)
     row[0] = 1
     row[1] = fired
     row[2] = reached
@@ -1543,11 +1585,15 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     row[8] = groups_removed
     row[9] = orphans
     row[10] = unanswered
+    row[11] = total < b_chars or messages_removed > 0
+    for k in range(CP_MISSED_COUNT):
+        row[12 + k] = missed == k + 1
     cut_out[_HEAD] = head
     cut_out[_TAIL] = tail
     cut_out[_KEPT] = h0
     cut_out[_FIRED] = fired
     cut_out[_REACHED] = reached
+    cut_out[_MISSED] = missed
     return at
 
 

@@ -69,9 +69,10 @@ def assert_rows_match(table, policy, out: Reduced, column: str = "messages", **k
         f = figures[i]
         assert got[i] == filled(result.input, names), i
         assert (f["chars_before"], f["chars_after"], f["messages_before"], f["messages_after"],
-                f["triggered"], f["target_reached"]) == (
+                f["triggered"], f["target_reached"], f["missed_reason"]) == (
             report.before.chars, report.after.chars, report.before.messages,
-            report.after.messages, report.triggered, report.target_reached), i
+            report.after.messages, report.triggered, report.target_reached,
+            report.missed_reason), i
         groups = sum((s.groups_before or 0) - (s.groups_after or 0) for s in report.steps
                      if s.status == "applied" and s.kind == "trim")
         assert f["groups_removed"] == groups, i

@@ -22,6 +22,7 @@ from contextpolicy._tables import (
 from contextpolicy.errors import ContextPlanError
 
 from .strategies import bad_message, histories, json_value, message, text
+from .test_scan import MISSED_REASONS, expected_missed
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -315,13 +316,18 @@ def row_arrays(draw):
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(row_arrays())
 def test_reduce_rows_agrees(differential, args):
-    head, cut, tail, before, after, groups, fired, warn = differential("reduce_rows", *args)
-    offsets, skip = args[0], args[-1]
+    head, cut, tail, before, after, groups, fired, missed, warn = differential(
+        "reduce_rows", *args)
+    offsets, watermark, skip = args[0], args[11], args[-1]
     done = np.ones(len(head), dtype=bool) if skip is None else skip == 0
     assert bool(np.all(((offsets[:-1] <= head) & (head <= cut) & (cut <= tail)
                         & (tail <= offsets[1:]))[done]))
     assert bool(np.all((after <= before)[done]))
     assert not np.any(np.concatenate([head, cut, tail, before, after])[np.tile(~done, 5)])
+    # A reason exactly where a row triggered and missed its target: never a failed step.
+    missing = done & (fired != 0) & (watermark >= 0) & (after > watermark)
+    assert missed.dtype == np.uint8 and np.array_equal(missed != 0, missing)
+    assert not np.any(missed == 2) and np.all(missed <= 4)
 
 
 def test_reduce_rows_rejects_what_it_cannot_read(differential):
@@ -659,10 +665,12 @@ def test_reduce_rows_of_responses_items_is_reduce_transcript(
     # and warnings from arrays as from the messages themselves.
     messages = [{"role": "system", "content": "s"}, *items, {"role": "user", "content": "q?"}]
     args, codes = rows_of(messages, differential("measure_messages", messages))
-    head, cut, tail, before, after, groups, fired, warn = differential(
+    head, cut, tail, before, after, groups, fired, missed, warn = differential(
         "reduce_rows", *args, ((grouping, keep, target),), trigger, watermark)
-    raw = differential("reduce_transcript", messages, (("history", grouping, keep, target),),
-                       trigger, watermark, True)
+    steps = (("history", grouping, keep, target),)
+    raw = differential("reduce_transcript", messages, steps, trigger, watermark, True)
+    reason = expected_missed(raw, steps, watermark)
+    assert int(missed[0]) == (0 if reason is None else MISSED_REASONS.index(reason) + 1)
     ids = raw[7]
     history = raw[3][ids.index("history")]
     kept = messages[int(cut[0]):int(tail[0])]

@@ -147,6 +147,10 @@ def test_jsonl_lines_read_as_bytes_equal_the_command_line(cluster, tmp_path):
     assert sum(f["read_as_bytes"] for f in figures if f) == len(lines) - 1
     assert [f and f["chars_after"] for f in figures] == [
         r.figures and r.figures[3] for r in expected]
+    assert [f and (f["missed_reason"], f["reduced"]) for f in figures] == [
+        r.figures and ((r.figures.missed or [None])[0], bool(r.figures.reduced))
+        for r in expected]
+    assert any(f and f["missed_reason"] for f in figures)
     # one process, no cluster: the same callable
     one = ReduceLines(POLICY)(pa.table({"text": [line.decode() for line in lines]}))
     assert one.column("text").to_pylist() == got.column("text").to_pylist()

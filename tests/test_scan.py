@@ -31,7 +31,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextpolicy import _kernel_py
-from contextpolicy._tables import TEXT_PART_TYPES
+from contextpolicy._tables import MISSED_REASONS, TEXT_PART_TYPES
 from contextpolicy.jsonl import runner
 from contextpolicy.jsonl.files import InputFile
 from contextpolicy.synthetic import corpus
@@ -100,11 +100,29 @@ def expected_records(messages: list[Any], steps: Any, trig: int, wm: int,
             None, ids, totals)
 
 
-def expected_figures(records: tuple[Any, ...]) -> list[int]:
+def expected_missed(records: tuple[Any, ...], steps: Any, wm: int) -> str | None:
+    """A report's missedReason from a reduce's records: only when it triggered and missed its
+    target; the fragments no trim names over the target, else a trim held by its keepGroups
+    floor, else nothing a trim could do."""
+    fired, _, after, _, done, _, _, ids, totals = records
+    if not fired or totals[8]:
+        return None
+    named = {step[0] for step in steps}
+    if wm >= 0 and sum(a[0] for fid, a in zip(ids, after) if fid not in named) > wm:
+        return "protected-over-target"
+    if any(d[1] == "keep-groups-floor" for d in done):
+        return "keep-groups-floor"
+    return "no-step-could-act"
+
+
+def expected_figures(records: tuple[Any, ...], steps: Any, wm: int) -> list[int]:
     fired, _, _, _, _, warnings, _, _, totals = records
     codes = [w[2] for w in warnings]
+    missed = expected_missed(records, steps, wm)
     return [1, int(fired), int(totals[8]), totals[0], totals[3], totals[1], totals[4], totals[6],
-            totals[7], codes.count("orphan-tool-result"), codes.count("unanswered-tool-call")]
+            totals[7], codes.count("orphan-tool-result"), codes.count("unanswered-tool-call"),
+            int(totals[3] < totals[0] or totals[4] < totals[1]),
+            *(int(missed == reason) for reason in MISSED_REASONS)]
 
 
 def exact_loads(b: bytes) -> Any:
@@ -163,7 +181,8 @@ def check_handled(line: bytes, piece: bytes, row: list[int], raw: Any, start: in
     assert raw is not None
     got_records, id_span = raw
     assert strict_equal(got_records, records), (line, got_records, records)
-    assert row == expected_figures(records), (line, row, expected_figures(records))
+    expected = expected_figures(records, steps, wm)
+    assert row == expected, (line, row, expected)
     # the id: where its value lies in data
     if "id" in doc:
         assert id_span is not None
@@ -1473,7 +1492,7 @@ def test_function_arguments_count_as_text_or_compact_json(differential):
     _, row, raw = one(differential, line)
     # f + {"x": 1} (8) + gg + {"x":[1,2]} (11) + ok + orphan
     assert row[3] == 1 + 8 + 2 + 11 + 2 + 6
-    assert row[9:] == [1, 2]  # zz answers nothing; b and c are unanswered
+    assert row[9:11] == [1, 2]  # zz answers nothing; b and c are unanswered
     warnings = raw[0][5]
     assert [(w[2], w[3]) for w in warnings] == [("unanswered-tool-call", "b"),
                                                 ("unanswered-tool-call", "c"),
@@ -1495,7 +1514,8 @@ def test_anthropic_blocks(differential):
     # sys 3 | q1 2, hmm 3, t 1, f 1, {} 2, res 3, str 3, in 2 (the redacted thinking and the
     # image opaque) | q2 2 (the image_url opaque)
     assert records[1] == [(3, 1, 0), (17, 3, 2), (2, 1, 1)]
-    assert row == [1, 1, 0, 22, 5, 5, 2, 3, 1, 0, 0]
+    # reduced; missed the target (0) with sys and q2 alone above it: protected-over-target
+    assert row == [1, 1, 0, 22, 5, 5, 2, 3, 1, 0, 0, 1, 1, 0, 0, 0]
     assert out == (b'{"id":7,"messages":[{"role":"system","content":[{"type":"text",'
                    b'"text":"sys"}]},{"role":"user","content":[{"type":"image_url",'
                    b'"image_url":{"url":"u"}},"q2"]}]}\n')
@@ -1511,7 +1531,8 @@ def test_a_trim_copies_the_kept_messages_byte_for_byte(differential):
     out, row, raw = one(differential, line, (("history", 0, 1, 0),), 0, 0)
     assert out == (b'{"messages" : [{"role":"system","content":"S"},' + kept[0] + b"," + kept[1]
                    + b',{"role":"user","content":"Q"}] ,"id":"z" }\n')
-    assert row == [1, 1, 0, 1 + 11 + 2 + 5 + 2 + 1, 1 + 5 + 2 + 1, 6, 4, 2, 1, 0, 0]
+    assert row == [1, 1, 0, 1 + 11 + 2 + 5 + 2 + 1, 1 + 5 + 2 + 1, 6, 4, 2, 1, 0, 0, 1,
+                   1, 0, 0, 0]
     data, _, _ = frame([line])
     span = raw[1]
     assert data[span[0]:span[1]] == b'"z"'
@@ -1529,7 +1550,7 @@ def test_the_pairing_guard_keeps_a_call_with_its_result(differential):
             b'{"role":"user","content":"q"}]}')
     _, row, raw = one(differential, line, (("history", 1, 0, 2),), 0, 0)
     assert row[0] == 1
-    assert row[9:] == [0, 0]
+    assert row[9:11] == [0, 0]
 
 
 @pytest.mark.parametrize("line, reason", [

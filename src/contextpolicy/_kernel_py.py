@@ -37,6 +37,8 @@ from ._tables import (
     ITEM_REASONING,
     ITEM_UNKNOWN,
     MAX_NESTING,
+    MISSED_NONE,
+    MISSED_REASONS,
     PART_CODES,
     PART_OTHER,
     PART_TEXT,
@@ -47,6 +49,7 @@ from ._tables import (
     ROLE_OTHER,
     ROLE_USER,
     TOOL_RESULT_ROLES,
+    missed_code,
     tables,
 )
 from ._tool_ids import call_ids, item_code, result_ids
@@ -1509,12 +1512,13 @@ def reduce_rows(
     ``(grouping, keep_groups, target_chars)`` per trim of the history; rows where ``skip`` is
     set are left at zero.
 
-    Returns per row ``(head, cut, tail, chars_before, chars_after, groups_removed, fired)``
-    (``messages[a:head]`` the system fragment, ``messages[cut:tail]`` the kept history,
-    ``messages[tail:b]`` the question, as absolute message indices) and the pairing warnings of
-    the result as arrays ``(row, fragment, index, code, id)`` (fragment 0 system, 1 history,
-    2 question; the index within its fragment; code :data:`ORPHAN_CODE` or
-    :data:`UNANSWERED_CODE`).
+    Returns per row ``(head, cut, tail, chars_before, chars_after, groups_removed, fired,
+    missed)`` (``messages[a:head]`` the system fragment, ``messages[cut:tail]`` the kept
+    history, ``messages[tail:b]`` the question, as absolute message indices; ``missed`` the
+    code of the report's ``missedReason``, its index in ``MISSED_REASONS`` + 1, 0 for none) and
+    the pairing warnings of the result as arrays ``(row, fragment, index, code, id)``
+    (fragment 0 system, 1 history, 2 question; the index within its fragment; code
+    :data:`ORPHAN_CODE` or :data:`UNANSWERED_CODE`).
     """
     # The compiled kernel's conversions, value for value.
     ncodes = _c_int(ncodes)
@@ -1569,6 +1573,7 @@ def reduce_rows(
         skip = _c_array(skip, np.uint8)
     out = [np.zeros(n, dtype=np.int64) for _ in range(6)]
     fired_out = np.zeros(n, dtype=np.uint8)
+    missed_out = np.zeros(n, dtype=np.uint8)
     warn: list[tuple[int, int, int, int, int]] = []
     tool_bits = FLAG_TOOL_CALLS | FLAG_TOOL_RESULT
 
@@ -1591,6 +1596,8 @@ def reduce_rows(
         fired = trigger_chars >= 0 and total > trigger_chars
         h0 = head
         removed_groups = 0
+        history = int(chars[head:tail].sum())
+        floor = False
         for grouping, keep, target in specs:
             if not fired or not (watermark_chars >= 0 and total > watermark_chars):
                 continue
@@ -1621,8 +1628,11 @@ def reduce_rows(
                 first = int(np.searchsorted(offsets, earliest - h0, side="right")) - 1
             cut = h0 + int(offsets[first])
             if cut == h0:
+                floor = floor or history > target
                 continue
             total -= int(chars[h0:cut].sum())
+            history -= int(chars[h0:cut].sum())
+            floor = floor or history > target
             removed_groups += first
             h0 = cut
         for fragment, (lo, hi) in enumerate(((a, head), (h0, tail), (tail, b))):
@@ -1633,8 +1643,13 @@ def reduce_rows(
                                    removed_groups)):
             out[k][r] = value
         fired_out[r] = fired
+        if fired and watermark_chars >= 0 and total > watermark_chars:
+            # What no trim may reduce: all but the history (and the history too without one).
+            fixed = total - history if specs else total
+            missed_out[r] = missed_code(fixed > watermark_chars, False, floor)
     w = np.array(warn, dtype=np.int64).reshape(-1, 5)
-    return (*out, fired_out, tuple(np.ascontiguousarray(w[:, k]) for k in range(5)))
+    return (*out, fired_out, missed_out,
+            tuple(np.ascontiguousarray(w[:, k]) for k in range(5)))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1669,8 +1684,10 @@ def reduce_rows(
 SCAN_DEPTH = 64
 SCAN_NUMBER = 63
 SCAN_KEYS = 64
-SCAN_FIGURES = 11  # handled, triggered, reached, chars before/after, messages before/after,
-# messages removed, groups removed, orphan results, unanswered calls
+# handled, triggered, reached, chars before/after, messages before/after, messages removed,
+# groups removed, orphan results, unanswered calls, reduced (chars or messages went down), and
+# one per missed reason (MISSED_REASONS: 1 for the line's, if it missed its target)
+SCAN_FIGURES = 12 + len(MISSED_REASONS)
 _SCAN_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCAN_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _SCAN_DIGITS = re.compile(rb"[0-9]{19}")
@@ -1899,9 +1916,11 @@ def reduce_lines(
     line of the object path adds nothing); per line ``SCAN_FIGURES`` figures (all zero for a
     line of the object path): handled, triggered, target reached, chars before and after,
     messages before and after, messages removed, groups removed, orphan results, unanswered
-    calls; with ``raw``, per line ``None`` (the object path) or ``(records, id span)``: the
-    records of :func:`reduce_transcript` (each changed fragment's kept list as ``True``, the
-    input as ``None``) and where the line's ``id`` value lies in ``data``.
+    calls, reduced (chars or messages went down), and one for each of ``MISSED_REASONS`` (1 for
+    the reason of a line that missed its target); with ``raw``, per line ``None`` (the object
+    path) or ``(records, id span)``: the records of :func:`reduce_transcript` (each changed
+    fragment's kept list as ``True``, the input as ``None``) and where the line's ``id`` value
+    lies in ``data``.
 
     The kept messages are copied byte for byte, and so is everything around the ``messages``
     array, without the whitespace around the line; a line that loses no message is copied
@@ -1962,10 +1981,24 @@ def _reduce_line(
                          b[array_end:hi]))
     codes = [w[2] for w in warnings]
     row = [1, int(fired), int(totals[8]), totals[0], totals[3], totals[1], totals[4], totals[6],
-           totals[7], codes.count("orphan-tool-result"), codes.count("unanswered-tool-call")]
+           totals[7], codes.count("orphan-tool-result"), codes.count("unanswered-tool-call"),
+           int(totals[3] < totals[0] or totals[4] < totals[1])]
+    missed = _missed(records, steps, watermark_chars)
+    row += [int(missed == code) for code in range(1, len(MISSED_REASONS) + 1)]
     records = (fired, before, after, [None if k is None else True for k in kept], done,
                warnings, None, ids, totals)
     return line, records, id_node, row
+
+
+def _missed(records: tuple[Any, ...], steps: tuple[Any, ...], watermark_chars: int) -> int:
+    """The code of a reduce's ``missedReason`` (0: none), from its records."""
+    fired, _, after, _, done, _, _, ids, totals = records
+    if not fired or totals[8]:
+        return MISSED_NONE
+    named = {step[0] for step in steps}
+    fixed = sum(a[0] for fid, a in zip(ids, after, strict=True) if fid not in named)
+    return missed_code(watermark_chars >= 0 and fixed > watermark_chars, False,
+                       any(d[1] == "keep-groups-floor" for d in done))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1985,6 +2018,7 @@ ENTRY_SLOTS = (
     # the entry (head)
     "id", "triggered", "before-chars", "before-messages", "fragments-count", "before-opaque",
     "after-chars", "after-messages", "after-opaque", "target-reached", "steps", "fragments",
+    "missed-reason",
     # a step
     "status", "reason", "chars-before", "chars-after", "groups-before", "groups-after",
     "messages-removed",
@@ -1992,7 +2026,7 @@ ENTRY_SLOTS = (
     "fragment-chars-before", "fragment-chars-after", "fragment-messages-before",
     "fragment-messages-after", "fragment-changed",
 )
-_ENTRY_RANGES = ((0, 12), (12, 19), (19, 24))  # the slots of a head, a step and a fragment
+_ENTRY_RANGES = ((0, 13), (13, 20), (20, 25))  # the slots of a head, a step and a fragment
 _ENTRY_ID = re.compile(rb"-?(?:0|[1-9][0-9]{0,17})")
 
 
@@ -2063,21 +2097,23 @@ def _run_program(program: tuple[Any, ...], values: dict[int, Any], out: list[byt
 
 
 def _entry(template: tuple[Any, ...], records: tuple[Any, ...], ident: bytes | None,
-           ) -> bytes | None:
+           trims: tuple[Any, ...], watermark_chars: int) -> bytes | None:
     fired, before, after, kept, done, warnings, _, ids, totals = records
     if warnings or (ident is not None and not _written_back(ident)):
         return None
     head, step_programs, fragment_programs = template
-    steps = [(program, dict(zip(range(12, 19), d, strict=True)))
+    steps = [(program, dict(zip(range(13, 20), d, strict=True)))
              for program, d in zip(step_programs, done, strict=True)]
     fragments = [
         (fragment_programs[("system", "history", "question").index(fid)],
-         {19: b[0], 20: a[0], 21: b[1], 22: a[1], 23: k is not None})
+         {20: b[0], 21: a[0], 22: b[1], 23: a[1], 24: k is not None})
         for fid, b, a, k in zip(ids, before, after, kept, strict=True)
     ]
+    missed = _missed(records, trims, watermark_chars)
     values = {0: b"null" if ident is None else ident, 1: fired, 2: totals[0], 3: totals[1],
               4: len(ids), 5: totals[2], 6: totals[3], 7: totals[4], 8: totals[5],
-              9: totals[8], 10: steps, 11: fragments}
+              9: totals[8], 10: steps, 11: fragments,
+              12: MISSED_REASONS[missed - 1] if missed else None}
     out: list[bytes] = []
     _run_program(head, values, out)
     return b"".join(out)
@@ -2096,7 +2132,8 @@ def report_lines(
     of the byte path without an entry, ``None`` for every other line."""
     trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
     with_history = bool(with_history)
-    checked = _entry_template(template, len(_line_steps(steps, with_history)))
+    trims = _line_steps(steps, with_history)
+    checked = _entry_template(template, len(trims))
     out, ends, figures, raws = reduce_lines(data, starts, stops, steps, trigger_chars,
                                             watermark_chars, with_history, True)
     b = _flat_bytes(data)
@@ -2106,7 +2143,8 @@ def report_lines(
     for k, record in enumerate(raws):
         if record is not None:
             records, span = record
-            entry = _entry(checked, records, None if span is None else b[span[0]:span[1]])
+            entry = _entry(checked, records, None if span is None else b[span[0]:span[1]], trims,
+                           watermark_chars)
             if entry is not None:
                 entries += entry
                 raws[k] = None

@@ -104,6 +104,26 @@ GROUPING_CODES: Final[dict[str, int]] = {"user-turn": GROUP_USER_TURN, "message"
 # and a content list that contains itself, is a ContextPlanError on both kernels.
 MAX_NESTING: Final = 100
 
+# Why a triggered reduce missed its target (a report's ``missedReason``), in order of
+# precedence: when several hold, a run's reason is the first of them. A kernel's code for a
+# reason is its index + 1, and 0 is none.
+MISSED_REASONS: Final[tuple[str, ...]] = (
+    "protected-over-target", "step-failed", "keep-groups-floor", "no-step-could-act",
+)
+MISSED_NONE: Final = 0
+MISSED_PROTECTED_OVER_TARGET: Final = 1
+MISSED_STEP_FAILED: Final = 2
+MISSED_KEEP_GROUPS_FLOOR: Final = 3
+MISSED_NO_STEP_COULD_ACT: Final = 4
+
+
+def missed_code(over_target: bool, failed: bool, floor: bool) -> int:
+    """The code of a missed target's reason: what no step may reduce is over a target
+    (``over_target``), else a step failed, else a trim's ``keepGroups`` floor kept its fragment
+    above its target (``floor``), else no step could act."""
+    return (over_target, failed, floor, True).index(True) + 1
+
+
 # Message and part keys the kernels recognise, by their text, in one pass over a dict.
 KEYS: Final[tuple[str, ...]] = (
     "role", "content", "tool_calls", "type", "text", "name", "input", "function", "arguments",
@@ -122,6 +142,7 @@ def tables() -> dict[str, object]:
         "groups": dict(GROUPING_CODES),
         "keys": list(KEYS),
         "max_nesting": MAX_NESTING,
+        "missed": list(MISSED_REASONS),
     }
 
 
@@ -173,6 +194,9 @@ def c_header() -> str:
     ]
     out += [f"#define CP_GROUP_{_c_name(kind)} {code}" for kind, code in GROUPING_CODES.items()]
     out += [f"#define CP_MAX_NESTING {MAX_NESTING}"]
+    out += [f"#define CP_MISSED_{_c_name(reason)} {code + 1}"
+            for code, reason in enumerate(MISSED_REASONS)]
+    out += ["#define CP_MISSED_NONE 0"]
     out += [f"#define CP_KEY_{_c_name(key)} {i + 1}" for i, key in enumerate(KEYS)]
     out += ["#define CP_KEY_OTHER 0", f"#define CP_KEY_COUNT {len(KEYS) + 1}", ""]
     out += [*_matcher("cp_role_code", ROLE_CODES, "CP_ROLE_OTHER"), ""]
@@ -189,6 +213,7 @@ def c_header() -> str:
     group_codes = ", ".join(str(code) for code in GROUPING_CODES.values())
     keys = ", ".join(f'"{key}"' for key in KEYS)
     items = ", ".join(f'"{name}"' for name in ITEM_CODES)
+    missed = ", ".join(f'"{reason}"' for reason in MISSED_REASONS)
     item_codes = ", ".join(str(code) for code in ITEM_CODES.values())
     out += [
         f"#define CP_ROLE_COUNT {len(ROLE_NAMES)}",
@@ -206,6 +231,8 @@ def c_header() -> str:
         f"static const char *const cp_group_names[] = {{{groups}}};",
         f"static const int cp_group_codes[] = {{{group_codes}}};",
         f"static const char *const cp_key_names[] = {{{keys}}};",
+        f"#define CP_MISSED_COUNT {len(MISSED_REASONS)}",
+        f"static const char *const cp_missed_names[] = {{{missed}}};",
         "",
         "#endif",
         "",

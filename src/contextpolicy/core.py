@@ -49,7 +49,7 @@ from .implementations.base import (
 from .plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan, changed_fields
 from .policy import AuditPolicy, ReducePolicy, TypedPolicy
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
-from .policy.watermark import targets_met
+from .policy.watermark import missed_reason, targets_met
 from .policy.watermark import triggered as policy_triggered
 from .prepared import (
     PreparedPolicy,
@@ -329,7 +329,8 @@ class _Run:
         if listening:
             self.emit("context.completed", {"before": before, "after": after,
                                             "triggered": data.triggered,
-                                            "targetReached": data.target_reached})
+                                            "targetReached": data.target_reached,
+                                            "missedReason": data.missed_reason})
         if data.audit is not None and not data.audit.passed:
             raise ContextAuditError(result.report)
         return result
@@ -549,6 +550,15 @@ class _Run:
                 found.append(_pairing_warning(f.id, index, code, cid))
         found.extend(warnings)
         trigger, target, target_reached = _watermarks(policy, after)
+        missed = None
+        if type(policy) is ReducePolicy and outcome.triggered and target_reached is False:
+            named = {step.fragment_id for step in policy.steps}
+            rest = [(f, m) for f, m in zip(news, measures_after, strict=True)
+                    if f.id not in named]
+            fixed_tokens = None if policy.watermark_tokens is None else input_tokens(
+                [f for f, _ in rest], [m for _, m in rest], self.counter)
+            missed = missed_reason(policy, sum(m.chars for _, m in rest), fixed_tokens,
+                                   ((s.status, s.reason) for s in outcome.steps))
         return ReportData(
             mode=policy.mode,
             kernel=_kernel.IMPLEMENTATION,
@@ -567,6 +577,7 @@ class _Run:
             warnings=found,
             audit=outcome.audit,
             counter=self.counter.name if self.counter is not None else None,
+            missed_reason=missed,
         )
 
 
@@ -584,6 +595,18 @@ def _watermarks(policy: TypedPolicy, after: Totals) -> tuple[Any, Any, bool | No
     return ((policy.trigger_chars, policy.trigger_tokens),
             (policy.watermark_chars, policy.watermark_tokens),
             targets_met(policy, after.chars, after.tokens))
+
+
+def fused_missed_reason(prepared: PreparedPolicy, raw: tuple[Any, ...]) -> str | None:
+    """The ``missedReason`` of a :func:`_kernel.reduce_plan` (or ``reduce_transcript``) run,
+    from its records."""
+    policy = prepared.policy
+    fired, _, after, _, done, _, _, ids, totals = raw
+    if type(policy) is not ReducePolicy or not fired or totals[8]:
+        return None
+    named = {step.fragment_id for step in policy.steps}
+    fixed = sum(a[0] for fid, a in zip(ids, after, strict=True) if fid not in named)
+    return missed_reason(policy, fixed, None, ((d[0], d[1]) for d in done))
 
 
 def _fused_records(
@@ -626,7 +649,7 @@ def fused_report(
         triggered=fired, trigger=trigger, target=target, before=before_t, after=after_t,
         target_reached=target_reached, steps=steps, fragments=records,
         warnings=[_pairing_warning(ids[i], index, code, cid) for i, index, code, cid in found],
-        audit=None,
+        audit=None, missed_reason=fused_missed_reason(prepared, raw),
     )
 
 
@@ -661,6 +684,7 @@ def fused_report_json(
         "after": {"chars": totals[3], "tokens": None, "messages": totals[4], "fragments": n,
                   "opaqueParts": totals[5]},
         "targetReached": reached,
+        "missedReason": fused_missed_reason(prepared, raw),
         "steps": steps,
         "fragments": [
             {"id": fid, "kind": kind, "protected": protected, "charsBefore": b[0],

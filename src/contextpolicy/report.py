@@ -57,6 +57,9 @@ class Watermark(_Report):
 
 
 StepStatus = Literal["applied", "unchanged", "skipped", "failed"]
+MissedReason = Literal[
+    "protected-over-target", "step-failed", "keep-groups-floor", "no-step-could-act"
+]
 
 
 class CompressFigures(_Report):
@@ -167,7 +170,21 @@ class AuditReport(_Report):
 
 
 class ContextReport(_Report):
-    """The report of one ``process_context`` run."""
+    """The report of one ``process_context`` run.
+
+    ``missedReason`` says why a triggered reduce missed its target (``targetReached`` false);
+    it is ``null`` otherwise. When several reasons hold, the first of these is given:
+
+    - ``protected-over-target``: what no step may reduce (the protected fragments, and every
+      fragment no step names) is alone above a target, chars or tokens: no policy step could
+      reach it;
+    - ``step-failed``: a step failed (its fragment stayed as it was);
+    - ``keep-groups-floor``: a trim's ``keepGroups`` floor kept its fragment above the step's
+      ``targetChars``;
+    - ``no-step-could-act``: every step did what it could and that was not enough: each ended
+      within its own ``targetChars`` (set above what the target needs), had nothing to
+      compress, or its fragment was absent or empty.
+    """
 
     mode: Literal["validate", "reduce", "audit"]
     kernel: str
@@ -178,6 +195,7 @@ class ContextReport(_Report):
     before: Usage
     after: Usage
     target_reached: bool | None
+    missed_reason: MissedReason | None = None
     steps: list[StepReport]
     fragments: list[FragmentUsage]
     warnings: list[PlanWarning]
@@ -338,8 +356,8 @@ class ReportData:
     :class:`Totals` for ``before``/``after`` and tuples for ``fragments``)."""
 
     __slots__ = ("after", "audit", "before", "counter", "fragments", "implementation", "kernel",
-                 "mode", "steps", "target", "target_reached", "trigger", "triggered",
-                 "warnings")
+                 "missed_reason", "mode", "steps", "target", "target_reached", "trigger",
+                 "triggered", "warnings")
 
     def __init__(
         self, *, mode: str, kernel: str, implementation: str, triggered: bool,
@@ -347,12 +365,13 @@ class ReportData:
         target: tuple[int | None, int | None] | None, before: Totals, after: Totals,
         target_reached: bool | None, steps: list[StepReport], fragments: list[tuple[Any, ...]],
         warnings: list[PlanWarning], audit: AuditReport | None, counter: str | None = None,
+        missed_reason: str | None = None,
     ) -> None:
         self.mode, self.kernel, self.implementation = mode, kernel, implementation
         self.triggered, self.trigger, self.target = triggered, trigger, target
         self.before, self.after, self.target_reached = before, after, target_reached
         self.steps, self.fragments, self.warnings, self.audit = steps, fragments, warnings, audit
-        self.counter = counter
+        self.counter, self.missed_reason = counter, missed_reason
 
     def model(self) -> ContextReport:
         def mark(w: tuple[int | None, int | None] | None) -> Watermark | None:
@@ -363,7 +382,7 @@ class ReportData:
             "triggered": self.triggered, "trigger": mark(self.trigger),
             "target": mark(self.target), "before": self.before.model(),
             "after": self.after.model(), "target_reached": self.target_reached,
-            "steps": list(self.steps),
+            "missed_reason": self.missed_reason, "steps": list(self.steps),
             "fragments": [built(FragmentUsage, dict(zip(_USAGE_FIELDS, f, strict=True)))
                           for f in self.fragments],
             "warnings": list(self.warnings), "audit": self.audit, "counter": self.counter,
@@ -378,7 +397,7 @@ class ReportData:
             "triggered": self.triggered, "trigger": mark(self.trigger),
             "target": mark(self.target), "before": self.before.json(),
             "after": self.after.json(), "targetReached": self.target_reached,
-            "steps": [flat_json(s) for s in self.steps],
+            "missedReason": self.missed_reason, "steps": [flat_json(s) for s in self.steps],
             "fragments": [dict(zip(_USAGE_ALIASES, f, strict=True)) for f in self.fragments],
             "warnings": [flat_json(w) for w in self.warnings],
             "audit": None if self.audit is None else self.audit.to_json_dict(),

@@ -116,9 +116,11 @@ class ReduceLines:
 
     The output batch has the reduced line in ``column`` (null for a line that could not be
     processed), its ``error`` (null, or what the command line would say of it), and a
-    ``figures`` struct: ``triggered``, ``target_reached``, ``chars_before``, ``chars_after``,
-    ``messages_before``, ``messages_after``, ``messages_removed``, ``groups_removed`` and
-    ``read_as_bytes`` (the line went through the kernel's scanner, not the object path).
+    ``figures`` struct: ``triggered``, ``target_reached``, ``missed_reason`` (the report's
+    ``missedReason``), ``reduced`` (chars or messages went down), ``chars_before``,
+    ``chars_after``, ``messages_before``, ``messages_after``, ``messages_removed``,
+    ``groups_removed`` and ``read_as_bytes`` (the line went through the kernel's scanner, not
+    the object path).
     """
 
     def __init__(self, policy: Any, *, column: str = "text") -> None:
@@ -143,7 +145,10 @@ class ReduceLines:
             errors.append(r.error)
             f = r.figures
             rows.append(None if f is None else {
-                "triggered": bool(f[0]), "target_reached": bool(f[1]), "chars_before": f[2],
+                "triggered": bool(f[0]), "target_reached": bool(f[1]),
+                # a line's figures: its missed reason as a list of one, or none
+                "missed_reason": next(iter(f.missed), None), "reduced": bool(f.reduced),
+                "chars_before": f[2],
                 "chars_after": f[3], "messages_before": f[4], "messages_after": f[5],
                 "messages_removed": f[6], "groups_removed": f[7],
                 "read_as_bytes": bool(r.scanned)})
@@ -157,7 +162,8 @@ class ReduceLines:
 def _figures_type() -> Any:
     import pyarrow as pa
 
-    return pa.struct([("triggered", pa.bool_()), ("target_reached", pa.bool_())] + [
+    return pa.struct([("triggered", pa.bool_()), ("target_reached", pa.bool_()),
+                      ("missed_reason", pa.string()), ("reduced", pa.bool_())] + [
         (name, pa.int64()) for name in ("chars_before", "chars_after", "messages_before",
                                         "messages_after", "messages_removed", "groups_removed")
     ] + [("read_as_bytes", pa.bool_())])

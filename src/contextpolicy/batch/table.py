@@ -26,6 +26,7 @@ from .._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
+    MISSED_REASONS,
     ROLE_FUNCTION,
     ROLE_TOOL,
     ROLE_USER,
@@ -34,7 +35,7 @@ from .._tables import (
     TOOL_RESULT_PART,
     TOOL_USE_PART,
 )
-from ..core import process_context
+from ..core import fused_missed_reason, process_context
 from ..errors import ContextPlanError, ContextPolicyError, Issue
 from ..plan import ContextPlan, with_empty_history
 from ..policy import ReducePolicy
@@ -48,7 +49,7 @@ __all__ = ["FIGURE_COLUMNS", "Reduced", "reduce_table"]
 # The figures' columns, in order (tokens_before / tokens_after follow when a counter is given).
 FIGURE_COLUMNS = (
     "chars_before", "chars_after", "messages_before", "messages_after", "groups_removed",
-    "triggered", "target_reached", "warnings", "path",
+    "triggered", "target_reached", "missed_reason", "warnings", "path",
 )
 FAST, OBJECT = "columnar", "object"
 _FRAGMENTS = ("system", "history", "question")
@@ -765,7 +766,7 @@ def _object_row(run: _Run, messages: Any, column: str, row: int) -> _ObjectRow:
                  for s in report.steps if s.status == "applied" and s.kind == "trim")
     figures = (report.before.chars, report.after.chars, report.before.messages,
                report.after.messages, groups, report.triggered, report.target_reached,
-               report.before.tokens, report.after.tokens)
+               report.before.tokens, report.after.tokens, report.missed_reason)
     warnings = [(w.code, w.fragment_id, w.index, w.tool_call_id) for w in report.warnings]
     return _ObjectRow(_kept(messages, result.input), figures, warnings)
 
@@ -777,7 +778,8 @@ def _fused_row(run: _Run, messages: list[Any]) -> _ObjectRow:
                                     run.needs_history)
     totals = raw[8]
     figures = (totals[0], totals[3], totals[1], totals[4], totals[7], raw[0],
-               bool(totals[8]) if run.reduces else None, None, None)
+               bool(totals[8]) if run.reduces else None, None, None,
+               fused_missed_reason(prepared, raw))
     ids = raw[7]
     warnings = [(code, ids[f], index, cid) for f, index, code, cid in raw[5]]
     return _ObjectRow(_kept(messages, raw[6]), figures, warnings)
@@ -1045,6 +1047,7 @@ class _Chunk:
             "chars_before", "chars_after", "messages_before", "messages_after",
             "groups_removed")}
         triggered = np.zeros(n, dtype=bool)
+        missed = np.zeros(n, dtype=np.uint8)  # a missed reason's code (0: none)
         reached: Any = np.zeros(n, dtype=bool)
         reached_null = np.zeros(n, dtype=bool)
         tokens = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)]
@@ -1057,7 +1060,7 @@ class _Chunk:
         if measured is not None:
             prepared = run.prepared
             assert run.steps is not None
-            head, cut, _tail, before, after, groups, fired, warn = _kernel.reduce_rows(
+            head, cut, _tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
                 offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
                 measured.call_codes, measured.result_offsets, measured.result_codes,
                 measured.ncodes, run.steps,
@@ -1075,6 +1078,7 @@ class _Chunk:
                 figs.update(chars_before=before, chars_after=after, messages_before=b - a,
                             messages_after=kept, groups_removed=groups)
                 triggered = fired != 0
+                missed = codes
                 if run.reduces:
                     reached = ~over if over is not None else np.ones(n, dtype=bool)
                 else:
@@ -1090,6 +1094,7 @@ class _Chunk:
                 figs["messages_after"][fast] = kept[fast]
                 figs["groups_removed"][fast] = groups[fast]
                 triggered[fast] = fired[fast].astype(bool)
+                missed[fast] = codes[fast]
                 if run.reduces:
                     reached[fast] = True if over is None else ~over[fast]
                 else:
@@ -1116,6 +1121,8 @@ class _Chunk:
             for name, value in zip(figs, f[:5], strict=True):
                 figs[name][row] = value
             triggered[row] = f[5]
+            if f[9] is not None:
+                missed[row] = MISSED_REASONS.index(f[9]) + 1
             if f[6] is None:
                 reached_null[row] = True
             else:
@@ -1140,6 +1147,7 @@ class _Chunk:
                     ow[k].append(w[k])
         self.path = np.where(slow, 1, 0).astype(np.int8)
         self.figs, self.triggered, self.tokens = figs, triggered, tokens
+        self.missed = missed
         if not reached_null.any():
             self.reached = pa.array(reached, type=pa.bool_())
         elif reached_null.all():
@@ -1254,8 +1262,10 @@ def reduce_table(
     Returns :class:`Reduced` ``(table, figures)``: the table with every column kept, rows in
     input order, ``column`` reduced; the figures one row per input row (``chars_before``,
     ``chars_after``, ``messages_before``, ``messages_after``, ``groups_removed``,
-    ``triggered``, ``target_reached`` (null for a validate policy), ``warnings`` (code,
-    fragment_id, index, tool_call_id), ``path`` (``columnar`` or ``object``), and
+    ``triggered``, ``target_reached`` (null for a validate policy), ``missed_reason`` (the
+    report's ``missedReason``: null unless the row triggered and missed its target),
+    ``warnings`` (code, fragment_id, index, tool_call_id), ``path`` (``columnar`` or
+    ``object``), and
     ``tokens_before``, ``tokens_after`` when a counter is given). A row means exactly what
     ``process_context(ContextPlan.from_messages(row), policy)`` means; when the policy names
     the history and a row has none, the row's history is empty (as on the command line).
@@ -1355,6 +1365,7 @@ def figures_schema(counted: bool) -> pa.Schema:
     fields = [pa.field(name, pa.int64(), nullable=False) for name in FIGURE_COLUMNS[:5]]
     fields += [pa.field("triggered", pa.bool_(), nullable=False),
                pa.field("target_reached", pa.bool_()),
+               pa.field("missed_reason", pa.string()),
                pa.field("warnings", warning_type(), nullable=False),
                pa.field("path", pa.string(), nullable=False)]
     if counted:
@@ -1378,6 +1389,12 @@ def _figures(done: list[_Chunk], run: _Run) -> Any:
     columns["triggered"] = pa.array(cat([c.triggered for c in done], bool))
     columns["target_reached"] = pa.concat_arrays([c.reached for c in done]) if done else \
         pa.array([], type=pa.bool_())
+    missed = cat([c.missed for c in done], np.uint8)
+    if missed.any():
+        names = pa.array([None, *MISSED_REASONS], type=pa.string())
+        columns["missed_reason"] = names.take(pa.array(missed))
+    else:
+        columns["missed_reason"] = pa.nulls(len(missed), type=pa.string())
     columns["warnings"] = pa.concat_arrays([c.warnings for c in done]) if done else \
         pa.array([], type=warning_type())
     path = cat([c.path for c in done], np.int8)

@@ -176,6 +176,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
 
 
 def _summary_table(summary: dict[str, Any], title: str) -> Any:
+    """The run's figures, read as an answer to "did the policy work?": how many conversations
+    triggered, how many were reduced, how many missed their target and why; then the chars and
+    messages, what went through which path, the warnings and the throughput."""
     from rich.table import Table
 
     table = Table(title=title, show_header=False, title_justify="left")
@@ -186,7 +189,12 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
         ("skipped lines" if "columnarRows" not in summary else "skipped rows",
          f"{summary['skipped']:,}"),
         ("triggered", f"{summary['triggered']:,}"),
-        ("target reached", f"{summary['targetReached']:,}"),
+        ("reduced", f"{summary['reduced']:,}"),
+        ("missed target", f"{summary['missedTarget']:,}"),
+    ]
+    rows += [(f"missed target: {reason}", f"{count:,}")
+             for reason, count in summary["missedReasons"].items() if count]
+    rows += [
         ("chars before", f"{summary['charsBefore']:,}"),
         ("chars after", f"{summary['charsAfter']:,}"),
         ("messages before", f"{summary['messagesBefore']:,}"),
@@ -194,12 +202,14 @@ def _summary_table(summary: dict[str, Any], title: str) -> Any:
         ("messages removed", f"{summary['messagesRemoved']:,}"),
         ("groups removed", f"{summary['groupsRemoved']:,}"),
     ]
+    # The paths the input took, as rows (Parquet) or lines (JSONL): only those some took.
     if "columnarRows" in summary:
-        rows.append(("rows: columnar path", f"{summary['columnarRows']:,}"))
-        rows.append(("rows: object path", f"{summary['objectRows']:,}"))
-    if "paths" in summary:
-        rows.append(("lines read as bytes", f"{summary['paths']['bytes']:,}"))
-        rows.append(("lines parsed", f"{summary['paths']['objects']:,}"))
+        paths = [("rows: columnar path", summary["columnarRows"]),
+                 ("rows: object path", summary["objectRows"])]
+    else:
+        paths = [("lines read as bytes", summary["paths"]["bytes"]),
+                 ("lines parsed", summary["paths"]["objects"])]
+    rows += [(label, f"{count:,}") for label, count in paths if count]
     if summary["auditViolations"]:
         rows.append(("audit violations", f"{summary['auditViolations']:,}"))
     for code, count in summary["warnings"].items():
@@ -400,7 +410,13 @@ def _finish(args: argparse.Namespace, summary: Any, bytes_in: int, started: floa
 
 def _said(args: argparse.Namespace, console: Any, data: dict[str, Any], name: str) -> None:
     if not args.quiet:
-        console.print(_summary_table(data, f"contextpolicy reduce: {name}"))
+        if data["conversations"] == data["skipped"] == 0:
+            # Nothing was read: a table of zeros would say nothing more, and less clearly.
+            what = "row" if "columnarRows" in data else "line (blank lines aside)"
+            console.print(f"contextpolicy reduce: no conversation was read from {name}: it "
+                          f"holds no {what}", markup=False)
+        else:
+            console.print(_summary_table(data, f"contextpolicy reduce: {name}"))
         if args.output:
             console.print(f"wrote {args.output}" + (f" and {args.report}" if args.report else ""))
         elif args.report:

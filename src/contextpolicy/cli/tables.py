@@ -113,6 +113,14 @@ class TableSummary(Summary):
         self.target_reached += total("target_reached")
         self.chars_before += total("chars_before")
         self.chars_after += total("chars_after")
+        went_down = pc.or_(
+            pc.less(figures.column("chars_after"), figures.column("chars_before")),
+            pc.less(figures.column("messages_after"), figures.column("messages_before")))
+        self.reduced += int(pc.sum(went_down).as_py() or 0)
+        missed = figures.column("missed_reason")
+        if missed.null_count < len(missed):
+            for item in pc.value_counts(missed.drop_null()).to_pylist():
+                self.missed[item["values"]] += item["counts"]
         before, after = total("messages_before"), total("messages_after")
         self.messages_before += before
         self.messages_after += after
@@ -127,8 +135,10 @@ class TableSummary(Summary):
                 self.warnings[item["values"]] += item["counts"]
 
     def to_json_dict(self) -> dict[str, Any]:
-        return {**super().to_json_dict(), "columnarRows": self.columnar_rows,
-                "objectRows": self.object_rows}
+        # The rows each path took, in place of the line runner's lines.
+        doc = super().to_json_dict()
+        del doc["paths"]
+        return {**doc, "columnarRows": self.columnar_rows, "objectRows": self.object_rows}
 
 
 class _Report(_ReportFile):

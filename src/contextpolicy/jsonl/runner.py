@@ -26,13 +26,14 @@ import traceback
 from collections import Counter, deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import orjson
 
 from .. import _kernel
-from ..core import fused_report_json, process_context
+from .._tables import MISSED_REASONS
+from ..core import fused_missed_reason, fused_report_json, process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
 from ..plan import PROTECTED_KINDS, ContextPlan, as_plan, with_empty_history
 from ..policy import ReducePolicy, validate_context_policy
@@ -96,12 +97,27 @@ def _streaming_gc() -> Iterator[None]:
         gc.unfreeze()
 
 
-# A line's figures: (triggered, target reached, chars before, chars after, messages before,
-# messages after, messages removed, groups removed, the codes of its warnings); for a run of
-# lines, the counts of lines triggered and reaching the target, the sums, and the warnings as
-# a count per code.
-Figures = tuple[int, int, int, int, int, int, int, int, "list[str] | dict[str, int]"]
+class Figures(NamedTuple):
+    """A line's figures; for a run of lines, the counts of lines triggered, reaching the target
+    and reduced, the sums, and the warnings and missed reasons as a count per code."""
+
+    triggered: int
+    reached: int
+    chars_before: int
+    chars_after: int
+    messages_before: int
+    messages_after: int
+    messages_removed: int
+    groups_removed: int
+    warnings: list[str] | dict[str, int]  # the codes of a line's warnings
+    reduced: int  # chars or messages went down
+    missed: list[str] | dict[str, int]  # a line's missedReason, if it has one
+
+
 WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call")  # _kernel.reduce_lines' order
+# _kernel.reduce_lines' figures: where "reduced" and the missed reasons (MISSED_REASONS) are.
+REDUCED_FIGURE = 11
+MISSED_FIGURES = slice(12, 12 + len(MISSED_REASONS))
 
 
 @dataclass(slots=True)
@@ -135,6 +151,7 @@ class Summary:
     skipped: int = 0
     triggered: int = 0
     target_reached: int = 0
+    reduced: int = 0
     audit_violations: int = 0
     chars_before: int = 0
     chars_after: int = 0
@@ -146,6 +163,7 @@ class Summary:
     scanned: int = 0
     seconds: float = 0.0
     warnings: Counter[str] = field(default_factory=Counter)
+    missed: Counter[str] = field(default_factory=Counter)  # triggered runs that missed, by reason
     skipped_lines: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, result: LineResult) -> None:
@@ -154,13 +172,13 @@ class Summary:
             self.skipped_lines.append({"line": result.line, "error": result.error})
             return
         assert result.figures is not None
-        triggered, reached, c_before, c_after, m_before, m_after, removed, groups, warnings = (
-            result.figures
-        )
+        (triggered, reached, c_before, c_after, m_before, m_after, removed, groups, warnings,
+         reduced, missed) = result.figures
         self.conversations += result.lines
         self.scanned += result.scanned
         self.triggered += triggered
         self.target_reached += reached
+        self.reduced += reduced
         self.audit_violations += result.violation
         self.chars_before += c_before
         self.chars_after += c_after
@@ -170,6 +188,8 @@ class Summary:
         self.groups_removed += groups
         if warnings:
             self.warnings.update(warnings)
+        if missed:
+            self.missed.update(missed)
 
     def to_json_dict(self) -> dict[str, Any]:
         seconds = max(self.seconds, 1e-9)
@@ -177,7 +197,13 @@ class Summary:
             "conversations": self.conversations,
             "skipped": self.skipped,
             "triggered": self.triggered,
+            # Over every conversation: one that did not trigger is within its target.
             "targetReached": self.target_reached,
+            # Conversations whose chars or messages went down; triggered ones that missed their
+            # target, and the count of each reason (every reason, in precedence order).
+            "reduced": self.reduced,
+            "missedTarget": sum(self.missed.values()),
+            "missedReasons": {reason: self.missed[reason] for reason in MISSED_REASONS},
             "auditViolations": self.audit_violations,
             "charsBefore": self.chars_before,
             "charsAfter": self.chars_after,
@@ -203,17 +229,24 @@ def _figures(report: ContextReport) -> Figures:
         (s.groups_before or 0) - (s.groups_after or 0)
         for s in report.steps if s.status == "applied" and s.kind == "trim"
     )
-    return (report.triggered, bool(report.target_reached), report.before.chars,
-            report.after.chars, report.before.messages, report.after.messages, removed, groups,
-            [w.code for w in report.warnings])
+    before, after = report.before, report.after
+    return Figures(report.triggered, bool(report.target_reached), before.chars, after.chars,
+                   before.messages, after.messages, removed, groups,
+                   [w.code for w in report.warnings],
+                   after.chars < before.chars or after.messages < before.messages,
+                   [report.missed_reason] if report.missed_reason is not None else [])
 
 
-def _fused_figures(raw: tuple[Any, ...], target_reached: bool) -> Figures:
+def _fused_figures(raw: tuple[Any, ...], target_reached: bool,
+                   prepared: PreparedPolicy) -> Figures:
     """:func:`_figures` of a run the kernel did in one call (``_kernel.reduce_transcript``), from
     its records (a test holds the two to each other)."""
     totals = raw[8]
-    return (raw[0], target_reached, totals[0], totals[3], totals[1], totals[4], totals[6],
-            totals[7], [w[2] for w in raw[5]] if raw[5] else [])
+    missed = fused_missed_reason(prepared, raw)
+    return Figures(raw[0], target_reached, totals[0], totals[3], totals[1], totals[4], totals[6],
+                   totals[7], [w[2] for w in raw[5]] if raw[5] else [],
+                   totals[3] < totals[0] or totals[4] < totals[1],
+                   [missed] if missed is not None else [])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -288,6 +321,9 @@ def _lines_holding(starts: list[int], lines: list[Any], runs: list[int]) -> set[
     return held
 
 
+_OWN = object()  # a report's missedReason as its records give it
+
+
 class _FusedReports:
     """The JSON of a line's report from the records of a one-call reduce: what
     ``dumps(fused_report_json(...))`` writes, byte for byte, from a template per shape of
@@ -316,20 +352,26 @@ class _FusedReports:
             figures += (b[0], a[0], b[1], a[1])
         return figures
 
-    def _json(self, raw: tuple[Any, ...]) -> bytes:
+    def _json(self, raw: tuple[Any, ...], missed: Any = _OWN) -> bytes:
+        """The report's JSON; ``missed``: its missedReason, when not what the records give (a
+        template's records hold sentinels)."""
         kinds = self.kinds
-        return dumps(fused_report_json(self.prepared, raw, [kinds[fid] for fid in raw[7]]))
+        doc = fused_report_json(self.prepared, raw, [kinds[fid] for fid in raw[7]])
+        if missed is not _OWN:
+            doc["missedReason"] = missed
+        return dumps(doc)
 
     def render(self, raw: tuple[Any, ...]) -> bytes:
         fired, _, _, kept, done, found, _, ids, totals = raw
         if found or not self.plain:
             return self._json(raw)
         figures = self._figures(raw)
-        key = (tuple(ids), fired, totals[8], tuple(d[:2] for d in done),
+        missed = fused_missed_reason(self.prepared, raw)
+        key = (tuple(ids), fired, totals[8], missed, tuple(d[:2] for d in done),
                tuple(k is not None for k in kept), tuple(f is None for f in figures))
         template = self.templates.get(key)
         if template is None:
-            template = self._template(raw, figures)
+            template = self._template(raw, figures, missed)
             if len(self.templates) < self.LIMIT:
                 self.templates[key] = template
         text, order = template
@@ -361,6 +403,7 @@ class _FusedReports:
         raw: tuple[Any, ...] = (slot["triggered"], [side] * 3, [after] * 3, [True] * 3, done,
                                 [], None, ids, totals)
         doc = fused_report_json(self.prepared, raw, [self.kinds[fid] for fid in ids])
+        doc["missedReason"] = slot["missed-reason"]
         for side_doc in (doc["before"], doc["after"]):
             side_doc["fragments"] = slot["fragments-count"]
         steps = doc["steps"]
@@ -392,7 +435,8 @@ class _FusedReports:
                 program.append(piece)
         return tuple(program)
 
-    def _template(self, raw: tuple[Any, ...], figures: list[Any]) -> tuple[bytes, list[int]]:
+    def _template(self, raw: tuple[Any, ...], figures: list[Any], missed: str | None,
+                  ) -> tuple[bytes, list[int]]:
         # The report of this shape with every figure a sentinel of its own, the sentinels
         # then made %d slots in the order they appear.
         marks = [None if f is None else self.SENTINEL + i for i, f in enumerate(figures)]
@@ -404,7 +448,7 @@ class _FusedReports:
         fake = (fired, [(s[0], s[2], b[2]) for s, b in zip(sides, before, strict=True)],
                 [(s[1], s[3], a[2]) for s, a in zip(sides, after, strict=True)], kept,
                 new_done, found, inputs, ids, (*t, *totals[6:]))
-        text = self._json(fake).replace(b"%", b"%%")
+        text = self._json(fake, missed).replace(b"%", b"%%")
         found_at = sorted((text.index(b"%d" % m), m, i) for i, m in enumerate(marks)
                           if m is not None)
         for _, mark, _ in found_at:
@@ -553,7 +597,7 @@ class _Worker:
         out["messages"] = raw[6]
         # A validate reaches no target (report.targetReached is null).
         line = LineResult(number, output=dumps(out) + b"\n",
-                          figures=_fused_figures(raw, self.reduces and raw[8][8]))
+                          figures=_fused_figures(raw, self.reduces and raw[8][8], prepared))
         if self.with_reports:
             kinds = self.transcript_kinds
             line.report = dumps({"id": doc.get("id"), "report": fused_report_json(
@@ -729,14 +773,16 @@ class _Worker:
     def _run(self, number: int, output: bytes | bytearray, sums: list[int], count: int,
              ) -> LineResult:
         warnings = {code: n for code, n in zip(WARNING_CODES, sums[9:11], strict=True) if n}
-        figures: Figures = (sums[1], sums[2] if self.reduces else 0, sums[3], sums[4], sums[5],
-                            sums[6], sums[7], sums[8], warnings)
+        missed = {reason: n for reason, n in zip(MISSED_REASONS, sums[MISSED_FIGURES],
+                                                 strict=True) if n}
+        figures = Figures(sums[1], sums[2] if self.reduces else 0, sums[3], sums[4], sums[5],
+                          sums[6], sums[7], sums[8], warnings, sums[REDUCED_FIGURE], missed)
         return LineResult(number, output=output, figures=figures, lines=count, scanned=count)
 
     def _scanned_line(self, number: int, output: bytes, record: Any,
                       data: bytes | bytearray) -> LineResult:
         raw = record[0]
-        figures = _fused_figures(raw, self.reduces and raw[8][8])
+        figures = _fused_figures(raw, self.reduces and raw[8][8], self.prepared)
         line = LineResult(number, output=output, figures=figures, scanned=1)
         if self.with_reports:
             line.report = self._report(record, data)
