@@ -560,3 +560,34 @@ def test_any_history_through_any_handlers_keeps_what_they_did_not_change(message
                            handlers=handlers).input
     check_sent(sent, messages, want)
     assert [dump(m) for m in messages] == before
+
+
+def test_content_whose_strs_lie_is_read_from_its_storage():
+    # Types and ids whose equality and hash lie (LangChain keeps them in content parts): the
+    # messages are traced and edited by what they hold, and nothing given changes.
+    from tests.hostile import LyingStr
+
+    block = {"type": LyingStr("tool_use"), "id": LyingStr("tu1"), "name": "lookup",
+             "input": {"q": "parcel 1 " * 8}}
+    messages = [
+        HumanMessage([{"type": LyingStr("text"), "text": "question 0"}], id="h0"),
+        AIMessage([{"type": "text", "text": "looking"}, block], id="a1", tool_calls=[
+            {"id": "tu1", "name": "lookup", "args": {"q": "parcel 1 " * 8}}]),
+        ToolMessage("result 1: " + LONG, id="t1", tool_call_id="tu1"),
+        AIMessage("answer 1", id="r1"),
+        HumanMessage("and now?", id="q"),
+    ]
+    assert type(messages[1].content[1]["id"]) is LyingStr
+    before = [dump(m) for m in messages]
+    middleware = ContextPolicyMiddleware(policy_of("clear-inputs"), handlers=registry(
+        clear_tool_results(keep=0, clear_inputs=True)), mode="persist")
+    out = middleware.before_model({"messages": messages}, None)["messages"][1:]
+    assert [m.id for m in out] == [m.id for m in messages]
+    assert out[0] is messages[0] and out[3] is messages[3] and out[4] is messages[4]
+    assert out[2].content == PLACEHOLDER.format(chars=len(messages[2].content))
+    # The block's input is emptied (in a plain copy) and its call follows it.
+    assert out[1].content[1] == {"type": "tool_use", "id": "tu1", "name": "lookup", "input": {}}
+    assert type(out[1].content[1]["id"]) is str and out[1].tool_calls[0]["args"] == {}
+    assert out[1].content[0] == messages[1].content[0]
+    assert [dump(m) for m in messages] == before
+    assert block["input"] == {"q": "parcel 1 " * 8}

@@ -117,7 +117,8 @@ def edited(message: BaseMessage, before: dict[str, Any], after: dict[str, Any],
     (``model_copy``) in which only the fields the handler changed differ (the content, the
     names and arguments of tool calls; keys a chat dict does not have go to
     ``additional_kwargs``), every other field the original's (the role, the name and the tool
-    ids are what traced the dict to the message, so they are the original's too). What LangChain cannot hold is a :class:`ContextPlanError`."""
+    ids traced the dict to the message, so they are the original's too). What a LangChain
+    message cannot hold is a :class:`ContextPlanError`."""
     update: dict[str, Any] = {}
     content = after.get("content")
     if not same(content, before.get("content")):
@@ -182,10 +183,10 @@ def _edited_calls(message: AIMessage, before: dict[str, Any], after: dict[str, A
             if now is None or was is None or same(now, was):
                 continue
             entry = dict(call)
-            if not same(now.get("input"), was.get("input")):
-                entry["args"] = _arguments(now.get("input"), index)
-            if not same(now.get("name"), was.get("name")):
-                entry["name"] = _call_name(now.get("name"), index)
+            if not same(dict.get(now, "input"), dict.get(was, "input")):
+                entry["args"] = _arguments(dict.get(now, "input"), index)
+            if not same(dict.get(now, "name"), dict.get(was, "name")):
+                entry["name"] = _call_name(dict.get(now, "name"), index)
             calls[k] = entry
             changed_calls = True
     update: dict[str, Any] = {}
@@ -227,27 +228,36 @@ def _call_name(name: Any, index: int) -> str:
     return name
 
 
+def _parts_of(content: Any, kind: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """(position, id, part) of each part of type ``kind`` with a str id, read from the real
+    storage (a part's own methods never run: they may say anything)."""
+    if not isinstance(content, list):
+        return []
+    out = []
+    for j, part in enumerate(list.copy(content)):
+        if isinstance(part, dict):
+            kind_of, part_id = dict.get(part, "type"), dict.get(part, "id")
+            if (isinstance(kind_of, str) and str.__eq__(kind_of, kind) is True
+                    and isinstance(part_id, str)):
+                out.append((j, str.__str__(part_id), part))
+    return out
+
+
 def _blocks(content: Any) -> dict[Any, dict[str, Any]]:
     """The ``tool_use`` blocks of a content, by id."""
-    if not isinstance(content, list):
-        return {}
-    return {part.get("id"): part for part in content
-            if isinstance(part, dict) and part.get("type") == TOOL_USE_PART}
+    return {part_id: part for _, part_id, part in _parts_of(content, TOOL_USE_PART)}
 
 
 def _synced_blocks(content: Any, calls: list[Any]) -> list[Any] | None:
     """``content`` with its standard ``tool_call`` blocks (LangChain's v1 content) holding the
     arguments of the calls of the same id, or ``None`` when none differs."""
-    if not isinstance(content, list):
-        return None
     args = {c.get("id"): c.get("args") for c in calls}
     out: list[Any] | None = None
-    for j, part in enumerate(content):
-        if (isinstance(part, dict) and part.get("type") == "tool_call"
-                and part.get("id") in args and not same(part.get("args"), args[part["id"]])):
+    for j, part_id, part in _parts_of(content, "tool_call"):
+        if part_id in args and not same(dict.get(part, "args"), args[part_id]):
             if out is None:
-                out = list(content)
-            out[j] = {**part, "args": args[part["id"]]}
+                out = list.copy(content)
+            out[j] = {**dict(dict.items(part)), "args": args[part_id]}
     return out
 
 

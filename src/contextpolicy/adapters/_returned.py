@@ -55,24 +55,37 @@ def identity(message: Any) -> tuple[Any, ...] | None:
     """What a handler keeps of a message it changes: its type, role and name, and the ids that
     pair tool calls with their results (``tool_call_id``, ``call_id``, a Responses item's
     ``id``, the ids of its ``tool_calls`` and ``tool_use`` blocks). ``None`` for a summary, and
-    for anything that is not a dict."""
+    for anything that is not a dict.
+
+    Read from the real storage and made of exact strs (a str subclass by its text, any other
+    object by its identity, as :func:`~contextpolicy.content.plain_copy` shares it), so no
+    method of the message's values runs and the key of a copy is the key of its original."""
     if type(message) is not dict or is_summary(message):
         return None
     calls: list[Any] = []
     tool_calls = message.get("tool_calls")
     if isinstance(tool_calls, list):
-        calls += [c.get("id") if isinstance(c, dict) else None for c in tool_calls]
+        calls += [_plain(dict.get(c, "id")) if isinstance(c, dict) else None
+                  for c in list.copy(tool_calls)]
     content = message.get("content")
     if isinstance(content, list):
-        calls += [p.get("id") for p in content
-                  if isinstance(p, dict) and p.get("type") == TOOL_USE_PART]
-    key = (message.get("type"), message.get("role"), message.get("name"),
-           *(message.get(k) for k in _ID_KEYS), tuple(calls))
-    try:
-        hash(key)
-    except TypeError:  # an id that is a list, say: nothing to trace it by
-        return None
-    return key
+        calls += [_plain(dict.get(p, "id")) for p in list.copy(content)
+                  if isinstance(p, dict) and _is(dict.get(p, "type"), TOOL_USE_PART)]
+    return (_plain(message.get("type")), _plain(message.get("role")),
+            _plain(message.get("name")), *(_plain(message.get(k)) for k in _ID_KEYS),
+            tuple(calls))
+
+
+def _plain(value: Any) -> Any:
+    if value is None or type(value) is str:
+        return value
+    if isinstance(value, str):
+        return str.__str__(value)
+    return ("object", id(value))
+
+
+def _is(value: Any, text: str) -> bool:
+    return isinstance(value, str) and str.__eq__(value, text) is True
 
 
 def _has_ids(key: tuple[Any, ...]) -> bool:
