@@ -53,6 +53,7 @@ from contextpolicy.adapters.openai_agents import (
     ContextPolicySession,
     context_policy_input_filter,
 )
+from contextpolicy.handlers import clear_tool_results, registry, truncate_messages
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -453,6 +454,54 @@ def test_pydantic_items_come_back_as_the_same_objects():
     out = keep_all(call_data(items))
     assert identities(out.input) == identities(items)
     assert out.input[1] is reasoning and out.input[2] is call and out.input[4] is answer
+
+
+def compress(handler_id: str) -> dict[str, Any]:
+    return {"mode": "reduce", "triggerChars": 1, "steps": [{
+        "id": "c", "kind": "compress", "fragmentId": "history", "handlerId": handler_id,
+        "targetChars": 0}]}
+
+
+def test_a_compress_step_hands_the_sdk_back_every_item_it_left_alone():
+    call = ResponseFunctionToolCall(call_id="call_p", name="lookup", arguments='{"q":"p"}',
+                                    type="function_call", id="fc_p", status="completed")
+    answer = ResponseOutputMessage(
+        id="msg_p", type="message", role="assistant", status="completed",
+        content=[ResponseOutputText(type="output_text", text="pydantic answer", annotations=[])],
+    )
+    reasoning = ResponseReasoningItem(id="rs_p", type="reasoning",
+                                      summary=[Summary(text="thinking", type="summary_text")])
+    output = {"type": "function_call_output", "call_id": "call_p", "output": "po" * 200}
+    items = [*old_turn(0, 300), question("old"), reasoning, call, output, answer,
+             *old_turn(2, 300), question()]
+    before = copy.deepcopy(items)
+    keep = context_policy_input_filter(compress("clear-tool-results"),
+                                       handlers=registry(clear_tool_results(keep=1)))
+    out = keep(call_data(items)).input
+    # Only the two older outputs were cleared: every other item is the SDK's own object.
+    changed = [i for i, (a, b) in enumerate(zip(out, items, strict=True)) if a is not b]
+    assert changed == [3, 8]
+    for i in changed:
+        assert out[i] == {**items[i],
+                          "output": f"[tool result cleared: {len(items[i]['output'])} chars]"}
+    assert out[6] is reasoning and out[7] is call and out[9] is answer
+    assert keep.last_report.steps[0].status == "applied" and items == before
+
+    # Inside the runner: the model is sent the SDK's items, but for the ones a handler cut.
+    model = RecordingModel()
+    spy = Spy(context_policy_input_filter(compress("truncate-messages"),
+                                          handlers=registry(truncate_messages(max_chars=100))))
+    history = [item for i in range(3) for item in old_turn(i, 300)]
+    Runner.run_sync(make_agent(model), [*history, question()], run_config=run_config(spy))
+    for given, returned in zip(spy.given, spy.returned, strict=True):
+        assert len(given) == len(returned.input)
+        cut = [i for i, (a, b) in enumerate(zip(returned.input, given)) if a is not b]
+        long = [i for i, item in enumerate(given) if isinstance(item, dict) and (
+            (item.get("role") == "user" and len(item["content"]) > 100)
+            or (item.get("type") == "function_call_output" and len(item["output"]) > 100))]
+        assert cut == long and len(long) == 6  # 3 old questions and 3 old outputs
+        assert all(returned.input[i].keys() == given[i].keys() for i in cut)
+    assert identities(model.calls[-1].input) == identities(spy.returned[-1].input)
 
 
 def test_validate_mode_reports_an_orphan_output_and_drops_nothing():

@@ -396,6 +396,55 @@ def test_clear_inputs_empties_the_calls_of_cleared_results_only(fmt):
     assert figures.chars_removed == chars(history) - chars(new)
 
 
+BOTCHED = '{"q": "parcel 7, pad ' + "p" * 40  # arguments cut off: not JSON
+
+
+@pytest.mark.parametrize(("fmt", "arguments"), [
+    ("chat", BOTCHED), ("chat", '["not", "an", "object", "' + "x" * 40 + '"]'),
+    ("responses", BOTCHED), ("anthropic", BOTCHED), ("anthropic", ["x" * 40]),
+])
+def test_clear_inputs_never_makes_a_botched_call_a_valid_one(fmt, arguments):
+    # One call whose arguments are not a JSON object beside one whose are: both results are
+    # cleared, only the object is emptied; the other call's arguments stay as they were (an
+    # invalid tool call's text, which "{}" would turn into a well-formed call).
+    history = make_history(fmt, turns=3, broken=False)
+    bad_id = next(cid for cid, _ in results(history))
+    for m in history:
+        if m.get("type") == "function_call" and m["call_id"] == bad_id:
+            m["arguments"] = arguments
+        for call in m.get("tool_calls") or []:
+            if call["id"] == bad_id:
+                call["function"]["arguments"] = arguments
+        for b in m["content"] if isinstance(m.get("content"), list) else []:
+            if b.get("type") == "tool_use" and b["id"] == bad_id:
+                b["input"] = arguments
+    handler = clear_tool_results(keep=0, clear_inputs=True)
+    result, before = run_checked(plan_of(history), compress_policy("clear-tool-results"),
+                                 registry(handler))
+    assert warnings_of(result) == before
+    new = result.plan.fragment("history").messages
+
+    def inputs(messages):
+        out = {}
+        for m in messages:
+            if m.get("type") == "function_call":
+                out[m["call_id"]] = m["arguments"]
+            for call in m.get("tool_calls") or []:
+                out[call["id"]] = call["function"]["arguments"]
+            for b in m.get("content") if isinstance(m.get("content"), list) else []:
+                if b.get("type") == "tool_use":
+                    out[b["id"]] = b["input"]
+        return out
+
+    old_inputs, new_inputs = inputs(history), inputs(new)
+    empty = {} if fmt == "anthropic" else "{}"
+    assert new_inputs[bad_id] == arguments
+    assert all(new_inputs[cid] == empty for cid in old_inputs if cid != bad_id)
+    figures = result.report.steps[0].handler_figures
+    assert figures.results_cleared == len(old_inputs)
+    assert figures.inputs_cleared == len(old_inputs) - 1
+
+
 def test_clear_leaves_small_results_and_never_grows_one():
     history = make_history("chat", broken=False)
     history[2] = {**history[2], "content": "ok"}  # shorter than any placeholder

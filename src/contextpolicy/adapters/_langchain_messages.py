@@ -14,14 +14,25 @@ Tool calls read as LangChain's OpenAI encoding writes them: ``tool_calls[].args`
 agent answers those too). A call already present as a ``tool_use`` block of the content is not
 listed again, so it is counted once.
 
-:class:`Split` maps the dicts of a result's input back to the messages they came from, by
-identity; a dict a compress handler wrote becomes a new LangChain message.
+:class:`Split` maps the dicts of a result's input back to the messages they came from
+(``_returned``): a message the policy kept, or a compress handler left as it was, goes back as
+the original object; a message a handler changed goes back as a copy of the original with only
+what the handler changed (:func:`edited`): ids, names, ``response_metadata``,
+``additional_kwargs`` (a legacy ``function_call`` included), ``usage_metadata``, a
+``ToolMessage``'s ``artifact`` and ``status`` stay. Only a message no given one stands behind (a
+summary) becomes a new LangChain message (:func:`from_chat_dict`).
+
+An ``AIMessage``'s invalid tool calls are listed with their raw ``args`` text, counted as the
+text they carry, and go back as invalid calls: never parsed, never made valid (the built-in
+``clear-tool-results`` leaves arguments that are not a JSON object as they are). A valid call's
+arguments a handler changed (``tool_calls`` entries, or the input of its ``tool_use`` block,
+which the call then follows) must stay a JSON object.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,12 +48,15 @@ from langchain_core.messages import (
 )
 
 from .._tables import TOOL_USE_PART
+from ..content import same
 from ..errors import ContextPlanError
 from ..plan import ContextPlan
 from ..report import ContextResult
 from ._agent import agent_plan
+from ._returned import origins, trimmed_away
 
-__all__ = ["Split", "as_messages", "chat_dict", "chat_dicts", "from_chat_dict", "split_messages"]
+__all__ = ["Split", "as_messages", "chat_dict", "chat_dicts", "edited", "from_chat_dict",
+           "split_messages"]
 
 # ChatMessage roles LangChain writes in its own vocabulary.
 _CHAT_ROLES = {"human": "user", "ai": "assistant"}
@@ -91,6 +105,169 @@ def from_chat_dict(message: Mapping[str, Any], index: int) -> BaseMessage:
         ) from exc
 
 
+# The keys of a chat dict (chat_dict); any other key a handler writes is kept in
+# additional_kwargs, as LangChain's own conversion keeps it.
+_CHAT_KEYS = frozenset({"role", "content", "name", "tool_calls", "tool_call_id"})
+
+
+def edited(message: BaseMessage, before: dict[str, Any], after: dict[str, Any],
+           index: int) -> BaseMessage:
+    """``message`` with the changes a compress handler made to its chat dict (``before``, as
+    :func:`chat_dict` made it, became ``after``, at ``index`` of the model input): a copy
+    (``model_copy``) in which only the fields the handler changed differ (the content, the
+    names and arguments of tool calls; keys a chat dict does not have go to
+    ``additional_kwargs``), every other field the original's (the role, the name and the tool
+    ids traced the dict to the message, so they are the original's too). What a LangChain
+    message cannot hold is a :class:`ContextPlanError`."""
+    update: dict[str, Any] = {}
+    content = after.get("content")
+    if not same(content, before.get("content")):
+        if content is None:
+            content = ""
+        elif not isinstance(content, (str, list)):
+            raise _unreadable(index, f"content of type {type(content).__name__}")
+        update["content"] = content
+    extra = {k: v for k, v in after.items() if k not in _CHAT_KEYS}
+    if extra:
+        update["additional_kwargs"] = {**message.additional_kwargs, **extra}
+    if isinstance(message, AIMessage):
+        update.update(_edited_calls(message, before, after, update.get("content"), index))
+    return message.model_copy(update=update) if update else message
+
+
+def _edited_calls(message: AIMessage, before: dict[str, Any], after: dict[str, Any],
+                  content: Any, index: int) -> dict[str, Any]:
+    """The tool call fields of ``message`` a handler changed, as ``model_copy`` updates: the
+    calls listed in ``tool_calls`` (valid ones and invalid ones, in :func:`_tool_calls`'s
+    order), and the calls whose ``tool_use`` block's input changed in ``content``."""
+    calls: list[dict[str, Any]] = [*message.tool_calls]  # type: ignore[list-item]
+    invalid: list[dict[str, Any]] = [*message.invalid_tool_calls]  # type: ignore[list-item]
+    changed_calls = changed_invalid = False
+    old, new = before.get("tool_calls") or [], after.get("tool_calls") or []
+    if not same(old, new):
+        if not isinstance(new, list) or len(new) != len(old):
+            raise _unreadable(index, "another list of tool calls in a message it kept")
+        # The same ids in the same order (the handler kept the message's identity), so the
+        # entries pair up one for one with the calls they list.
+        for (bad, k), was, now in zip(_listed(message), old, new, strict=True):
+            if same(was, now):
+                continue
+            fn = now.get("function") if isinstance(now, dict) else None
+            if not isinstance(fn, dict):
+                raise _unreadable(index, "a tool call without its function")
+            name, arguments = fn.get("name"), fn.get("arguments")
+            was_name, was_arguments = was["function"]["name"], was["function"]["arguments"]
+            if bad:  # invalid it came, invalid it stays: its text, never parsed
+                entry = dict(invalid[k])
+                if not same(arguments, was_arguments):
+                    entry["args"] = arguments if isinstance(arguments, str) else json.dumps(
+                        arguments, ensure_ascii=False, default=str)
+                if not same(name, was_name):
+                    entry["name"] = _call_name(name, index)
+                invalid[k] = entry
+                changed_invalid = True
+            else:
+                call = dict(calls[k])
+                if not same(arguments, was_arguments):
+                    call["args"] = _arguments(arguments, index)
+                if not same(name, was_name):
+                    call["name"] = _call_name(name, index)
+                calls[k] = call
+                changed_calls = True
+    if content is not None and calls:
+        # A call that lives in a tool_use block follows the block's input.
+        was_blocks, now_blocks = _blocks(before.get("content")), _blocks(content)
+        for k, call in enumerate(calls):
+            now = now_blocks.get(call.get("id"))
+            was = was_blocks.get(call.get("id"))
+            if now is None or was is None or same(now, was):
+                continue
+            entry = dict(call)
+            if not same(dict.get(now, "input"), dict.get(was, "input")):
+                entry["args"] = _arguments(dict.get(now, "input"), index)
+            if not same(dict.get(now, "name"), dict.get(was, "name")):
+                entry["name"] = _call_name(dict.get(now, "name"), index)
+            calls[k] = entry
+            changed_calls = True
+    update: dict[str, Any] = {}
+    if changed_calls:
+        update["tool_calls"] = calls
+        synced = _synced_blocks(content if content is not None else message.content, calls)
+        if synced is not None:
+            update["content"] = synced
+    if changed_invalid:
+        update["invalid_tool_calls"] = invalid
+    return update
+
+
+def _listed(message: AIMessage) -> list[tuple[bool, int]]:
+    """Where each ``tool_calls`` entry of :func:`chat_dict` comes from: (invalid, position in
+    ``tool_calls`` or ``invalid_tool_calls``)."""
+    in_content = _tool_use_ids(message.content)
+    return [(False, k) for k, c in enumerate(message.tool_calls)
+            if c.get("id") is None or c.get("id") not in in_content] + [
+        (True, k) for k, c in enumerate(message.invalid_tool_calls)
+        if c.get("id") is None or c.get("id") not in in_content]
+
+
+def _arguments(value: Any, index: int) -> dict[str, Any]:
+    """A valid call's arguments as LangChain holds them: a JSON object."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if not isinstance(value, dict):
+        raise _unreadable(index, "tool call arguments that are not a JSON object")
+    return value
+
+
+def _call_name(name: Any, index: int) -> str:
+    if not isinstance(name, str):
+        raise _unreadable(index, f"a tool call name of type {type(name).__name__}")
+    return name
+
+
+def _parts_of(content: Any, kind: str) -> list[tuple[int, str, dict[str, Any]]]:
+    """(position, id, part) of each part of type ``kind`` with a str id, read from the real
+    storage (a part's own methods never run: they may say anything)."""
+    if not isinstance(content, list):
+        return []
+    out = []
+    for j, part in enumerate(list.copy(content)):
+        if isinstance(part, dict):
+            kind_of, part_id = dict.get(part, "type"), dict.get(part, "id")
+            if (isinstance(kind_of, str) and str.__eq__(kind_of, kind) is True
+                    and isinstance(part_id, str)):
+                out.append((j, str.__str__(part_id), part))
+    return out
+
+
+def _blocks(content: Any) -> dict[Any, dict[str, Any]]:
+    """The ``tool_use`` blocks of a content, by id."""
+    return {part_id: part for _, part_id, part in _parts_of(content, TOOL_USE_PART)}
+
+
+def _synced_blocks(content: Any, calls: list[Any]) -> list[Any] | None:
+    """``content`` with its standard ``tool_call`` blocks (LangChain's v1 content) holding the
+    arguments of the calls of the same id, or ``None`` when none differs."""
+    args = {c.get("id"): c.get("args") for c in calls}
+    out: list[Any] | None = None
+    for j, part_id, part in _parts_of(content, "tool_call"):
+        if part_id in args and not same(dict.get(part, "args"), args[part_id]):
+            if out is None:
+                out = list.copy(content)
+            out[j] = {**dict(dict.items(part)), "args": args[part_id]}
+    return out
+
+
+def _unreadable(index: int, what: str) -> ContextPlanError:
+    return ContextPlanError(
+        f"a compress handler wrote {what}, which a LangChain message cannot hold",
+        path=f"input[{index}]", code="unsupported-message",
+    )
+
+
 def as_messages(messages: Iterable[Any]) -> list[BaseMessage]:
     """Messages in any form LangChain accepts (messages, chat dicts, ``(role, text)`` pairs,
     strings), as LangChain messages; LangChain messages are kept as they are."""
@@ -106,23 +283,37 @@ class Split:
 
     plan: ContextPlan
     messages: Sequence[BaseMessage]
-    # id of each dict of the list -> its message; the dicts are held by the plan, so no id is
-    # reused while the split lives.
-    by_dict: Mapping[int, BaseMessage]
+    # The chat dict of each message, in order; the plan holds them, so no id is reused while
+    # the split lives.
+    dicts: list[dict[str, Any]]
     # The dict of the system message given apart from the list: counted, never handed back.
     apart: dict[str, Any] | None
 
     def kept(self, result: ContextResult) -> list[BaseMessage]:
-        """The messages of ``result.input``: the original objects the policy kept, in order,
-        and a new message for each dict a compress handler wrote."""
+        """The messages of ``result.input``: the original objects the policy kept or a handler
+        left as they were, in order; for a message a handler changed, the original with the
+        handler's changes (:func:`edited`); a new message for each dict no original stands
+        behind."""
+        apart = self.apart
+        at = [i for i, d in enumerate(result.input) if d is not apart]
+        returned = [result.input[i] for i in at]
         out: list[BaseMessage] = []
-        by_dict, apart = self.by_dict, self.apart
-        for i, d in enumerate(result.input):
-            if d is apart:
-                continue
-            found = by_dict.get(id(d))
-            out.append(found if found is not None else from_chat_dict(d, i))
+        for i, d, origin in zip(at, returned, origins(self.dicts, returned, self._away(result)),
+                                strict=True):
+            if origin is None:
+                out.append(from_chat_dict(d, i))
+            elif origin.unchanged:
+                out.append(self.messages[origin.source])
+            else:
+                out.append(edited(self.messages[origin.source], self.dicts[origin.source], d, i))
         return out
+
+    def _away(self, result: ContextResult) -> Callable[[], set[int]]:
+        def away() -> set[int]:
+            fragments = [(f.id, f.messages) for f in self.plan.fragments
+                         if f.messages is not None]
+            return trimmed_away(fragments, result.report.steps, self.dicts)
+        return away
 
     def unchanged(self, kept: Sequence[BaseMessage]) -> bool:
         """``kept`` is the list itself: the same objects in the same order."""
@@ -140,8 +331,7 @@ def split_messages(
     dicts = chat_dicts(messages, path)
     apart = chat_dict(system) if system is not None else None
     plan = agent_plan(dicts, lead=[apart] if apart is not None else (), path=path)
-    by_dict = {id(d): m for d, m in zip(dicts, messages, strict=True)}
-    return Split(plan, messages, by_dict, apart)
+    return Split(plan, messages, dicts, apart)
 
 
 def _role(message: BaseMessage) -> str:

@@ -16,8 +16,13 @@ messages) and ``question`` (the last human message that opens a turn) are protec
 the model unchanged; ``history`` (what came before the question) and ``turn`` (the agent's tool
 calls and results since the question) are the fragments a policy step may name, and each is
 reduced only by a step that names it. The model is handed the original message objects the
-policy kept (ids and metadata intact, in order), never copies; a dict a compress handler wrote
-becomes a new message.
+policy kept (ids and metadata intact, in order), never copies, and so is the state in persist
+mode, a compress step's included: a message its handler left as it was is the original object;
+one it changed is the original with only that change (``model_copy``: the id, name, metadata,
+usage, ``additional_kwargs`` with a legacy ``function_call``, a tool message's ``artifact`` and
+``status`` are the original's; a call whose ``tool_use`` block was emptied has its
+``tool_calls`` entry emptied too; invalid tool calls stay invalid, as they were); only a
+message no original stands behind (a summary) is new.
 """
 
 from __future__ import annotations
@@ -232,7 +237,8 @@ def context_policy_node(
 
     The node returns ``{messages_key: [RemoveMessage(REMOVE_ALL_MESSAGES), *kept]}`` when the
     policy removed or replaced something (the key must use the ``add_messages`` reducer, as
-    ``MessagesState`` does; ``kept`` are the state's own message objects) and ``{}`` when
+    ``MessagesState`` does; ``kept`` are the state's own message objects, a message a compress
+    handler changed being a copy of its original with that change only) and ``{}`` when
     nothing changed. Every event is written to the graph's stream writer as
     ``{"contextpolicy": event.type, **event.data}`` (``stream_mode="custom"`` yields them);
     ``on_report`` receives each run's report.

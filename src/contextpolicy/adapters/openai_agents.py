@@ -35,8 +35,11 @@ nothing to do there).
 
 Items stay the SDK's own objects: dicts are handed to the kernel as they are, and pydantic items
 are measured through ``model_dump(exclude_unset=True)`` and mapped back, so the SDK receives the
-very objects it sent for every item kept (it tracks items by identity). A compress handler's new
-items go to the model as the handler returned them. Nothing the SDK passes in is mutated.
+very objects it sent for every item kept (it tracks items by identity), a compress step's
+included: an item its handler left as it was (the same content, as the model sees it) is the
+SDK's own object again. An item a handler changed goes to the model as the handler returned it
+(a dict holding every other key of the item), and so does one it wrote. Nothing the SDK passes
+in is mutated.
 
 With server-managed conversation state (``previous_response_id``, ``conversation_id``, an
 ``OpenAIConversationsSession``) the SDK sends only the items the server has not seen, and the
@@ -56,6 +59,7 @@ from pydantic import BaseModel
 
 from ..core import aprocess_context, process_context
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy
+from ._returned import origins
 
 if TYPE_CHECKING:
     from agents.run_config import CallModelData, ModelInputData
@@ -120,14 +124,20 @@ def _plan(instructions: str | None, messages: list[Any], question: bool) -> Cont
                       path="input" if question else "items")
 
 
-def _kept(result: ContextResult, instructions: str | None, back: dict[int, Any]) -> list[Any]:
-    """The items of a result's input, as the SDK's own objects wherever it sent them."""
+def _kept(result: ContextResult, instructions: str | None, messages: list[Any],
+          back: dict[int, Any]) -> list[Any]:
+    """The items of a result's input, as the SDK's own objects wherever it sent them: every
+    item the policy kept or a compress handler left as it was (``_returned``); an item a handler
+    changed or wrote as the handler's dict."""
     kept = result.input
     # The instructions fragment is assembled first, as one system message; it is not an item.
     kept = kept[1:] if instructions is not None else list(kept)
-    if back:
-        kept = [back.get(id(item), item) for item in kept]
-    return kept
+    out: list[Any] = []
+    for item, origin in zip(kept, origins(messages, kept), strict=True):
+        if origin is not None and origin.unchanged:
+            item = messages[origin.source]
+        out.append(back.get(id(item), item))
+    return out
 
 
 class _Reducer:
@@ -146,14 +156,14 @@ class _Reducer:
         messages, back = _as_messages(items)
         result = process_context(_plan(instructions, messages, question), self.prepared)
         self.last_result = result
-        return _kept(result, instructions, back)
+        return _kept(result, instructions, messages, back)
 
     async def areduce(self, instructions: str | None, items: Sequence[Any], *,
                       question: bool) -> list[Any]:
         messages, back = _as_messages(items)
         result = await aprocess_context(_plan(instructions, messages, question), self.prepared)
         self.last_result = result
-        return _kept(result, instructions, back)
+        return _kept(result, instructions, messages, back)
 
     @property
     def last_report(self) -> ContextReport | None:

@@ -6,7 +6,10 @@ verbatim ``kept`` groups count among them); every older one whose content is at 
 a chat ``tool`` message, an Anthropic ``tool_result`` block or a Responses ``*_call_output``
 item; its ids, its name, its place and every other key stay, so pairing is what it was. With
 ``clear_inputs``, the arguments of each cleared result's call are emptied too (``"{}"`` for
-chat and Responses arguments, ``{}`` for a ``tool_use`` input). A tool named in
+chat and Responses arguments, ``{}`` for a ``tool_use`` input, ``""`` for a custom call's text
+input), but only arguments that are a JSON object: anything else (text that does not parse, as
+an invalid tool call carries) is left as it is, so that clearing never turns a call the model
+botched into a well-formed call with no arguments. A tool named in
 ``exclude_tools`` is never cleared (a result whose tool cannot be named is left alone when
 ``exclude_tools`` is given), a result already holding the placeholder is not cleared again, and
 a result whose content holds tool blocks of its own (ids the pairing reads) is left whole.
@@ -14,6 +17,7 @@ a result whose content holds tool blocks of its own (ids the pairing reads) is l
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TYPE_CHECKING, Any
 
@@ -163,18 +167,31 @@ def _clear_input(message: dict[str, Any], call: CallSlot) -> bool:
     if not isinstance(holder, dict):
         return False
     value = holder.get(key)
-    if call.where == "content":  # a tool_use input: JSON, emptied to {}
+    # Only a JSON object is emptied: arguments that are not one are a call the model botched
+    # (LangChain keeps it in invalid_tool_calls), and {} would make it a well-formed call.
+    if call.where == "content":  # a tool_use input: an object, emptied to {}
         empty: Any = {}
-        shorter = isinstance(value, (dict, list, str)) and bool(value)
-    elif isinstance(value, str):  # arguments as JSON text, a custom call's input as text
-        empty = _EMPTY_ARGUMENTS if key == "arguments" else ""
-        shorter = len(value) > len(empty)
+        shorter = isinstance(value, dict) and bool(value)
+    elif key == "arguments":  # an object, as JSON text or as itself, emptied to "{}"
+        empty = _EMPTY_ARGUMENTS
+        shorter = (len(value) > len(empty) and _is_json_object(value)) if isinstance(
+            value, str) else isinstance(value, dict) and bool(value)
+    elif isinstance(value, str):  # a custom call's input: free text
+        empty = ""
+        shorter = bool(value)
     else:
-        empty = _EMPTY_ARGUMENTS if key == "arguments" else {}
+        empty = {}
         shorter = isinstance(value, (dict, list)) and bool(value)
     if shorter:
         holder[key] = empty
     return shorter
+
+
+def _is_json_object(text: str) -> bool:
+    try:
+        return isinstance(json.loads(text), dict)
+    except (ValueError, RecursionError):
+        return False
 
 
 def clear_tool_results(

@@ -79,7 +79,7 @@ class ClearToolResultsParams(_Params):
     """``clear_tool_results``: the newest ``keep`` tool results stay; older ones of at least
     ``min_chars`` chars, of tools not in ``exclude_tools``, get ``placeholder`` (``{chars}``:
     the chars cleared) in place of their content, and with ``clear_inputs`` their calls'
-    arguments are emptied too."""
+    arguments are emptied too (only arguments that are a JSON object)."""
 
     keep: _Int = 3
     placeholder: _Str = DEFAULT_PLACEHOLDER
