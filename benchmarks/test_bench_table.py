@@ -19,7 +19,6 @@ import pytest
 
 from contextpolicy import ContextPlan, process_context, synthetic
 from contextpolicy.batch import reduce_table
-from contextpolicy.plan import with_empty_history
 
 from .conftest import cached, measuring
 
@@ -235,8 +234,6 @@ def _per_row(table, policy) -> list[Any]:
     results = []
     for row in table.column("messages").to_pylist():
         plan = ContextPlan.from_messages(row)
-        if not any(f.id == "history" for f in plan.fragments):
-            plan = with_empty_history(plan)
         results.append(process_context(plan, policy).input)
     return results
 

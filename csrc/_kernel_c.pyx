@@ -67,7 +67,7 @@ cdef extern from "_tables.h":
     int CP_ROLE_SYSTEM, CP_ROLE_DEVELOPER, CP_ROLE_USER, CP_ROLE_ASSISTANT, CP_ROLE_TOOL
     int CP_ROLE_FUNCTION, CP_ROLE_COUNT
     int CP_FLAG_OPENS_TURN, CP_FLAG_TOOL_RESULT, CP_FLAG_TOOL_CALLS, CP_FLAG_GLUES_NEXT
-    int CP_FLAG_COUNT
+    int CP_FLAG_UNKNOWN_ROLE, CP_FLAG_COUNT
     int CP_PART_OTHER, CP_PART_TEXT, CP_PART_TOOL_RESULT, CP_PART_TOOL_USE, CP_PART_THINKING
     int CP_PART_COUNT
     int CP_ITEM_MESSAGE, CP_ITEM_CALL, CP_ITEM_OUTPUT, CP_ITEM_REASONING, CP_ITEM_UNKNOWN
@@ -155,6 +155,7 @@ cdef uint8_t F_OPENS = CP_FLAG_OPENS_TURN
 cdef uint8_t F_RESULT = CP_FLAG_TOOL_RESULT
 cdef uint8_t F_CALLS = CP_FLAG_TOOL_CALLS
 cdef uint8_t F_GLUE = CP_FLAG_GLUES_NEXT
+cdef uint8_t F_UNKNOWN = CP_FLAG_UNKNOWN_ROLE
 cdef int8_t R_USER = CP_ROLE_USER
 cdef int8_t R_TOOL = CP_ROLE_TOOL
 cdef int8_t R_FUNCTION = CP_ROLE_FUNCTION
@@ -885,6 +886,8 @@ cdef uint8_t _message(object message, _Acc* acc, Py_ssize_t index, object fid,
         flags |= F_OPENS
     if code == R_TOOL or code == R_FUNCTION:
         flags |= F_RESULT
+    if code == 0:
+        flags |= F_UNKNOWN
     if calls is not None:
         if not PyList_Check(calls):
             _fail(f"expected a list of tool calls, got {_type_name(calls)}",
@@ -966,13 +969,14 @@ def measure_messages(messages, fragment_id=None):
 @cython.final
 cdef class Measure:
     """A message list measured in one pass (see the twin): totals, and per message its role,
-    chars, flags and opaque parts in C arrays, which ``cut``, ``tail`` and ``pairing`` use
-    without numpy; ``arrays()`` copies them into numpy arrays."""
+    chars, flags and opaque parts in C arrays, which ``cut``, ``tail``, ``pairing`` and
+    ``unknown_roles`` use without numpy; ``arrays()`` copies them into numpy arrays."""
 
     cdef readonly int64_t chars
     cdef readonly Py_ssize_t messages
     cdef readonly int64_t opaque_parts
     cdef readonly bint tool_traffic
+    cdef readonly bint unknown_role
     cdef int64_t* _chars
     cdef int32_t* _opaque
     cdef int8_t* _roles
@@ -1009,6 +1013,7 @@ cdef class Measure:
         self.chars = chars
         self.opaque_parts = opaque
         self.tool_traffic = (any_flags & (F_CALLS | F_RESULT)) != 0
+        self.unknown_role = (any_flags & F_UNKNOWN) != 0
 
     def arrays(self):
         """(role codes, chars, flags, opaque parts) as numpy arrays (copies)."""
@@ -1078,6 +1083,15 @@ cdef class Measure:
         if start < 0 or start > self.messages:
             raise ValueError(f"start {start} is outside 0..{self.messages}")
         return _pairing(messages, self._flags + start, start, self.messages - start)
+
+    def unknown_roles(self, messages, Py_ssize_t start=0):
+        """Each role of ``messages[start:]`` the accounting does not know: ``(first index,
+        role, messages)`` in the order of first appearance (indices relative to ``start``)."""
+        if not PyList_Check(messages):
+            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        if start < 0 or start > self.messages:
+            raise ValueError(f"start {start} is outside 0..{self.messages}")
+        return _unknown_roles(messages, self._flags + start, start, self.messages - start)
 
     def cut(self, messages, int grouping, int64_t keep_groups, target_chars):
         """Where a trim (``target_chars``) or a compress split (``target_chars=None``: keep the
@@ -1268,6 +1282,8 @@ cdef object _reduce_plan(object fragments, tuple steps, int64_t trigger_chars,
         for step in steps:
             fid = step[0]
             if fid not in ids:
+                if fid == "history":  # left out of a transcript: the step is skipped
+                    continue
                 return None
             i = ids.index(fid)
             f = <object>PyList_GET_ITEM(fragments, i) if i < PyList_GET_SIZE(fragments) else None
@@ -1397,8 +1413,7 @@ def split_transcript(messages):
     return head, tail
 
 
-def reduce_transcript(messages, tuple steps, int64_t trigger_chars, int64_t watermark_chars,
-                      bint with_history=False):
+def reduce_transcript(messages, tuple steps, int64_t trigger_chars, int64_t watermark_chars):
     """:func:`reduce_plan` of ``ContextPlan.from_messages(messages)`` (see the twin)."""
     head, tail = split_transcript(messages)
     cdef Py_ssize_t n = PyList_GET_SIZE(messages)
@@ -1407,7 +1422,7 @@ def reduce_transcript(messages, tuple steps, int64_t trigger_chars, int64_t wate
         ids.append("system")
         lists.append(messages[:head] if PyList_CheckExact(messages)
                      else list.__getitem__(messages, slice(None, head)))
-    if tail > head or with_history:
+    if tail > head:
         ids.append("history")
         lists.append(messages[head:tail] if PyList_CheckExact(messages)
                      else list.__getitem__(messages, slice(head, tail)))
@@ -1453,9 +1468,9 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
                   int64_t watermark_chars):
     # _reduce without steps (validate): nothing changes, so the figures before are the figures
     # after (one list, one set of totals) and no Measure is made; a fragment with tool traffic
-    # keeps its flags (as bytes) for the pairing pass, the others nothing.
+    # or an unknown role keeps its flags (as bytes) for the warnings, the others nothing.
     cdef Py_ssize_t i, count, n = len(ids)
-    cdef list before = [], warnings = [], assembled = []
+    cdef list before = [], warnings = [], pairing = [], assembled = []
     cdef list flagged = None
     cdef int64_t chars = 0, messages = 0, opaque = 0, length
     cdef uint8_t small[SMALL_FRAGMENT]
@@ -1485,7 +1500,7 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
                     raise MemoryError()
             try:
                 seen = _fill_flags(held, fid, count, flags, &acc)
-                if seen & (F_CALLS | F_RESULT):
+                if seen & (F_CALLS | F_RESULT | F_UNKNOWN):
                     if flagged is None:
                         flagged = [None] * n
                     flagged[i] = PyBytes_FromStringAndSize(<char*>flags, count)
@@ -1507,11 +1522,17 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
         if flagged is not None:
             kept_flags = flagged[i]
             if kept_flags is not None:
+                for index, role, count in _unknown_roles(
+                        held, <const uint8_t*>PyBytes_AS_STRING(kept_flags), 0,
+                        PyBytes_GET_SIZE(kept_flags)):
+                    warnings.append((i, index, "unknown-role", (role, count)))
                 for index, code, cid in _pairing(
                         held, <const uint8_t*>PyBytes_AS_STRING(kept_flags), 0,
                         PyBytes_GET_SIZE(kept_flags)):
-                    warnings.append((i, index, code, cid))
+                    pairing.append((i, index, code, cid))
         assembled.extend(held if PyList_CheckExact(held) else list.copy(held))
+    # Unknown roles first, then the pairing warnings (as _reduce gives them).
+    warnings += pairing
     fired = trigger_chars >= 0 and chars > trigger_chars
     # One object per figure: the totals after are the totals before.
     cdef object b_chars = chars, b_messages = messages, b_opaque = opaque
@@ -1526,7 +1547,7 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
         return _plain(ids, lists, texts, trigger_chars, watermark_chars)
     cdef Py_ssize_t i, n = len(ids)
     cdef list measures = []
-    cdef list before = [], after, kept, done = [], warnings = [], assembled = []
+    cdef list before = [], after, kept, done = [], warnings = [], pairing = [], assembled = []
     cdef Measure m, tail
     cdef int64_t chars = 0, target, keep_groups, length
     cdef int grouping
@@ -1558,12 +1579,18 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
                          None, None, None, None, 0))
             continue
         if fid not in ids:
-            raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
+            if fid != "history":
+                raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
+            done.append(("skipped", "fragment-absent", None, None, None, None, 0))
+            continue
         i = ids.index(fid)
-        m = <Measure>measures[i]
         messages = lists[i]
-        if not PyList_Check(messages):
+        if measures[i] is None or not PyList_Check(messages):
             raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        m = <Measure>measures[i]
+        if m.messages == 0:
+            done.append(("skipped", "fragment-empty", None, None, None, None, 0))
+            continue
         m._cut_into(messages, grouping, keep_groups, target, &first, &cut, &ngroups)
         if cut == 0:
             done.append(("unchanged", "within-target" if m.chars <= target
@@ -1601,10 +1628,15 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
         if steps:
             after.append((m.chars, m.messages, m.opaque_parts))
         messages = lists[i]
+        if m.unknown_role:
+            for index, role, count in _unknown_roles(messages, m._flags, 0, m.messages):
+                warnings.append((i, index, "unknown-role", (role, count)))
         if m.tool_traffic:
             for index, code, cid in _pairing(messages, m._flags, 0, m.messages):
-                warnings.append((i, index, code, cid))
+                pairing.append((i, index, code, cid))
         assembled.extend(messages if PyList_CheckExact(messages) else list.copy(messages))
+    # Unknown roles first, then the pairing warnings.
+    warnings += pairing
     cdef int64_t removed = 0, groups_removed = 0
     for step in done:
         if step[0] == "applied":
@@ -1851,6 +1883,42 @@ cdef list _pairing(object messages, const uint8_t* flags, Py_ssize_t start, Py_s
         found.append((i, "unanswered-tool-call", cid))
     found.sort(key=_first)
     return found
+
+
+cdef list _unknown_roles(object messages, const uint8_t* flags, Py_ssize_t start,
+                         Py_ssize_t n):
+    # (first index, role, messages) of each role the accounting does not know among
+    # messages[start:start + n] (by their flags), in the order of first appearance; indices
+    # relative to start.
+    cdef Py_ssize_t i
+    cdef dict found = {}
+    cdef list entry
+    cdef PyObject* slots[CP_KEY_COUNT]
+    cdef object message, role
+    if start + n > PyList_GET_SIZE(messages):
+        raise ValueError(
+            f"flags and messages differ in length ({start + n} != {PyList_GET_SIZE(messages)})"
+        )
+    for i in range(n):
+        if not (flags[i] & F_UNKNOWN):
+            continue
+        if start + i >= PyList_GET_SIZE(messages):
+            raise ValueError("the message list changed while its roles were read")
+        message = <object>PyList_GET_ITEM(messages, start + i)
+        role = None
+        if PyDict_Check(message):
+            _scan(message, slots)
+            if slots[CP_KEY_ROLE] != NULL and PyUnicode_Check_ptr(slots[CP_KEY_ROLE]):
+                role = _exact(<object>slots[CP_KEY_ROLE])
+        if role is None:
+            raise TypeError(f"message {i} has no string role: flags do not belong to these "
+                            "messages")
+        entry = found.get(role)
+        if entry is None:
+            found[role] = [i, 1]
+        else:
+            entry[1] += 1
+    return [(entry[0], role, entry[1]) for role, entry in found.items()]
 
 
 def tool_pairing(messages, flags_in):

@@ -30,7 +30,10 @@ cdef object _loads = _orjson.loads
 SCAN_DEPTH = _kernel_py.SCAN_DEPTH
 SCAN_NUMBER = _kernel_py.SCAN_NUMBER
 SCAN_FIGURES = _kernel_py.SCAN_FIGURES
-assert SCAN_FIGURES == 12 + CP_MISSED_COUNT  # _reduce_core's row
+# _reduce_core's row: ..., reduced (11), one flag per missed reason, the unknown-role warnings
+cdef Py_ssize_t _ROW_UNKNOWN = 12 + CP_MISSED_COUNT  # the unknown-role warnings' slot
+assert SCAN_FIGURES == 13 + CP_MISSED_COUNT
+assert _kernel_py.SCAN_UNKNOWN_ROLES == _ROW_UNKNOWN
 cdef int _SCAN_DEPTH = _kernel_py.SCAN_DEPTH
 cdef int _SCAN_NUMBER = _kernel_py.SCAN_NUMBER
 
@@ -356,6 +359,9 @@ cdef class _LineScan:
     cdef int64_t* opaque
     cdef int8_t* roles
     cdef uint8_t* flags
+    # each role's string: where its text starts in the line, and its length in bytes
+    cdef int64_t* role_at
+    cdef int64_t* role_len
     cdef int64_t* call_off
     cdef int64_t* res_off
     # tool call ids and the ids results answer: (start, length) in the line, start -1: none
@@ -380,6 +386,7 @@ cdef class _LineScan:
         self.res_at = self.res_len = self.pc_at = self.pc_len = self.pr_at = self.pr_len = NULL
         self.roles = NULL
         self.flags = NULL
+        self.role_at = self.role_len = NULL
         self._grow_messages()
 
     def __dealloc__(self):
@@ -389,6 +396,8 @@ cdef class _LineScan:
         free(self.opaque)
         free(self.roles)
         free(self.flags)
+        free(self.role_at)
+        free(self.role_len)
         free(self.call_off)
         free(self.res_off)
         free(self.call_at)
@@ -408,6 +417,8 @@ cdef class _LineScan:
         self.opaque = <int64_t*>_regrow(self.opaque, cap * 8)
         self.roles = <int8_t*>_regrow(self.roles, cap)
         self.flags = <uint8_t*>_regrow(self.flags, cap)
+        self.role_at = <int64_t*>_regrow(self.role_at, cap * 8)
+        self.role_len = <int64_t*>_regrow(self.role_len, cap * 8)
         self.call_off = <int64_t*>_regrow(self.call_off, (cap + 1) * 8)
         self.res_off = <int64_t*>_regrow(self.res_off, (cap + 1) * 8)
         self.cap = cap
@@ -694,6 +705,8 @@ cdef class _LineScan:
             flags |= F_OPENS
         if rcode == R_TOOL or rcode == R_FUNCTION:
             flags |= F_RESULT
+        if rcode == 0:
+            flags |= F_UNKNOWN
         if any_call:
             flags |= F_CALLS
         # Ids in the object path's order: tool_calls, then tool_use blocks; a tool message's
@@ -718,6 +731,8 @@ cdef class _LineScan:
         self.opaque[i] = opaque
         self.roles[i] = rcode
         self.flags[i] = flags
+        self.role_at[i] = role.start + 1
+        self.role_len[i] = role.end - role.start - 2
         self.call_off[i + 1] = self.ncalls
         self.res_off[i + 1] = self.nres
         self.m = i + 1
@@ -799,12 +814,13 @@ cdef class _LineReducer:
     reused from line to line (the pairing stamps only ever grow)."""
 
     cdef _LineScan scan
-    cdef Py_ssize_t codes_cap, table_cap, state_cap, group_cap, warn_cap
+    cdef Py_ssize_t codes_cap, table_cap, state_cap, group_cap, warn_cap, roles_cap
     cdef int64_t* call_codes
     cdef int64_t* res_codes
     cdef int64_t* code_at
     cdef int64_t* code_len
     cdef int64_t* table  # code + 1 per slot, 0: empty
+    cdef int64_t* roles_table  # message + 1 per slot (the first with its role), 0: empty
     cdef int64_t* called
     cdef int64_t* pend_stamp
     cdef int64_t* pend_at
@@ -817,6 +833,8 @@ cdef class _LineReducer:
     def __cinit__(self):
         self.scan = _LineScan()
         self.codes_cap = self.table_cap = self.state_cap = self.group_cap = self.warn_cap = 0
+        self.roles_cap = 0
+        self.roles_table = NULL
         self.call_codes = self.res_codes = self.code_at = self.code_len = self.table = NULL
         self.called = self.pend_stamp = self.pend_at = self.orphan = self.starts = NULL
         self.w = NULL
@@ -828,6 +846,7 @@ cdef class _LineReducer:
         free(self.code_at)
         free(self.code_len)
         free(self.table)
+        free(self.roles_table)
         free(self.called)
         free(self.pend_stamp)
         free(self.pend_at)
@@ -895,6 +914,46 @@ cdef class _LineReducer:
                 self.res_codes[j - sc.ncalls] = code
         return ncodes
 
+    cdef Py_ssize_t unknown_roles(self, _LineScan sc, const uint8_t* p, Py_ssize_t lo,
+                                  Py_ssize_t hi) except -1 nogil:
+        # How many roles the accounting does not know messages lo:hi carry, each counted once
+        # (by its bytes): the unknown-role warnings of a fragment.
+        cdef Py_ssize_t count = 0, size = 16, i, slot, distinct = 0
+        cdef int64_t held
+        cdef uint64_t mask
+        for i in range(lo, hi):
+            if sc.flags[i] & F_UNKNOWN:
+                count += 1
+        if count == 0:
+            return 0
+        while size < 2 * count:
+            size *= 2
+        if size > self.roles_cap:
+            free(self.roles_table)
+            self.roles_table = <int64_t*>malloc(size * 8)
+            if self.roles_table == NULL:
+                self.roles_cap = 0
+                with gil:
+                    raise MemoryError()
+            self.roles_cap = size
+        memset(self.roles_table, 0, size * 8)
+        mask = <uint64_t>(size - 1)
+        for i in range(lo, hi):
+            if not (sc.flags[i] & F_UNKNOWN):
+                continue
+            slot = <Py_ssize_t>(_hash(p + sc.role_at[i], sc.role_len[i]) & mask)
+            while True:
+                held = self.roles_table[slot] - 1
+                if held < 0:
+                    self.roles_table[slot] = i + 1
+                    distinct += 1
+                    break
+                if sc.role_len[held] == sc.role_len[i] and memcmp(
+                        p + sc.role_at[held], p + sc.role_at[i], sc.role_len[i]) == 0:
+                    break
+                slot = (slot + 1) & (size - 1)
+        return distinct
+
     cdef int rows(self, _LineScan sc, _Rows* s, Py_ssize_t ncodes) except -1 nogil:
         # The pairing pass's scratch for this line, in s.
         cdef Py_ssize_t m = sc.m
@@ -949,24 +1008,22 @@ cdef object _id_text(const uint8_t* p, _LineReducer r, int64_t code):
 
 
 def reduce_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
-                 int64_t watermark_chars, bint with_history=False, bint raw=False):
+                 int64_t watermark_chars, bint raw=False):
     """:func:`reduce_transcript` of transcript lines read and written as bytes (see the
     twin)."""
-    return _lines(data, starts, stops, steps, trigger_chars, watermark_chars, with_history, raw,
-                  False, None)
+    return _lines(data, starts, stops, steps, trigger_chars, watermark_chars, raw, False, None)
 
 
 def report_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
-                 int64_t watermark_chars, bint with_history, template):
+                 int64_t watermark_chars, template):
     """:func:`reduce_lines`, and each line's report entry written from ``template`` (see the
     twin)."""
-    return _lines(data, starts, stops, steps, trigger_chars, watermark_chars, with_history,
-                  False, True, template)
+    return _lines(data, starts, stops, steps, trigger_chars, watermark_chars, False, True,
+                  template)
 
 
 cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
-                  int64_t watermark_chars, bint with_history, bint raw, bint reports,
-                  object template):
+                  int64_t watermark_chars, bint raw, bint reports, object template):
     if steps is None:
         raise TypeError("steps: expected a tuple of trims, got None")
     cdef list checked = []
@@ -981,8 +1038,6 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
         if keep < 0 or target < 0:
             raise ValueError("keep_groups and target_chars must be >= 0")
         checked.append((grouping, keep, target))
-    if checked and not with_history:
-        raise ValueError("trims of the history need with_history")
     cdef Py_ssize_t nsteps = len(checked)
     cdef _Template tp
     if reports:
@@ -1056,12 +1111,12 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
             with nogil:
                 for k in range(n):
                     done_at = _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps,
-                                           trigger_chars, watermark_chars, with_history, out,
-                                           at, &fig[k, 0], steps_rec, cuts)
+                                           trigger_chars, watermark_chars, out, at, &fig[k, 0],
+                                           steps_rec, cuts)
                     if done_at >= 0:
                         at = done_at
                         if reports and not _put_entry(&tp, &entries, r, sc, p, nsteps,
-                                                      with_history, &fig[k, 0], steps_rec, cuts):
+                                                      &fig[k, 0], steps_rec, cuts):
                             missing[k] = 1
                             any_missing = True
                     ends[k] = at
@@ -1070,14 +1125,13 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
         else:
             for k in range(n):
                 done_at = _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps,
-                                       trigger_chars, watermark_chars, with_history, out, at,
-                                       &fig[k, 0], steps_rec, cuts)
+                                       trigger_chars, watermark_chars, out, at, &fig[k, 0],
+                                       steps_rec, cuts)
                 if done_at < 0:
                     raws.append(None)
                 else:
                     at = done_at
-                    raws.append(_records(r, sc, p, nsteps, with_history, &fig[k, 0],
-                                         steps_rec, cuts))
+                    raws.append(_records(r, sc, p, nsteps, &fig[k, 0], steps_rec, cuts))
                 ends[k] = at
         if reports:
             # The records of the lines without an entry, from a second reading of each.
@@ -1089,10 +1143,8 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
                 for k in range(n):
                     if missing[k]:
                         _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps, trigger_chars,
-                                     watermark_chars, with_history, scratch, 0, &fig[k, 0],
-                                     steps_rec, cuts)
-                        raws[k] = _records(r, sc, p, nsteps, with_history, &fig[k, 0],
-                                           steps_rec, cuts)
+                                     watermark_chars, scratch, 0, &fig[k, 0], steps_rec, cuts)
+                        raws[k] = _records(r, sc, p, nsteps, &fig[k, 0], steps_rec, cuts)
             written = PyByteArray_FromStringAndSize(entries.p, entries.n)
     finally:
         free(steps_rec)
@@ -1278,12 +1330,14 @@ cdef const char* _STATUS_JSON[3]
 _STATUS_JSON[0] = b'"skipped"'
 _STATUS_JSON[1] = b'"unchanged"'
 _STATUS_JSON[2] = b'"applied"'
-cdef const char* _REASON_JSON[5]
+cdef const char* _REASON_JSON[7]
 _REASON_JSON[0] = b'"not-triggered"'
 _REASON_JSON[1] = b'"target-reached"'
 _REASON_JSON[2] = b'"within-target"'
 _REASON_JSON[3] = b'"keep-groups-floor"'
 _REASON_JSON[4] = b'"trimmed"'
+_REASON_JSON[5] = b'"fragment-absent"'
+_REASON_JSON[6] = b'"fragment-empty"'
 # A missed reason's JSON by its code (0: none), as the twin writes it; the texts are held here.
 cdef list _MISSED_TEXT = []
 cdef const char* _MISSED_JSON[8]
@@ -1375,11 +1429,11 @@ cdef Py_ssize_t _put_program(char* out, const _Program* g, int64_t* v, const cha
 
 
 cdef bint _put_entry(const _Template* t, _Buf* b, _LineReducer r, _LineScan sc,
-                     const uint8_t* p, Py_ssize_t nsteps, bint with_history, const int64_t* row,
+                     const uint8_t* p, Py_ssize_t nsteps, const int64_t* row,
                      const int64_t* steps_rec, const int64_t* cuts) except -1 nogil:
     # The report entry of a line _reduce_core took, as the twin's _entry writes it from its
     # records; False (nothing written) where the twin gives none.
-    if r.s.nwarn:
+    if r.s.nwarn or row[_ROW_UNKNOWN]:
         return False
     cdef const char* text = b"null"
     cdef Py_ssize_t size = 4, i
@@ -1393,7 +1447,7 @@ cdef bint _put_entry(const _Template* t, _Buf* b, _LineReducer r, _LineScan sc,
     bounds[0], bounds[1], bounds[2], bounds[3] = 0, head, tail, m
     cdef bint present[3]
     present[0] = head > 0
-    present[1] = tail > head or with_history
+    present[1] = tail > head
     present[2] = tail < m
     cdef int64_t v[_SLOTS]
     memset(v, 0, sizeof(v))
@@ -1447,6 +1501,8 @@ cdef enum:
     _WITHIN_TARGET = 2
     _KEEP_GROUPS_FLOOR = 3
     _TRIMMED = 4
+    _FRAGMENT_ABSENT = 5
+    _FRAGMENT_EMPTY = 6
     # what _reduce_core leaves in cut[] for the records
     _HEAD = 0
     _TAIL = 1
@@ -1459,8 +1515,8 @@ cdef enum:
 
 cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t lo,
                              Py_ssize_t hi, const int64_t* specs, Py_ssize_t nsteps,
-                             int64_t trigger_chars, int64_t watermark_chars, bint with_history,
-                             char* out, Py_ssize_t at, int64_t* row, int64_t* steps_out,
+                             int64_t trigger_chars, int64_t watermark_chars, char* out,
+                             Py_ssize_t at, int64_t* row, int64_t* steps_out,
                              int64_t* cut_out) except -2 nogil:
     # One line: -1 when it takes the object path; otherwise its output is written at out + at
     # (the return value: where it ends), its figures in row, per step (status, reason, chars
@@ -1494,6 +1550,11 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
             rec[1] = _NOT_TRIGGERED if not fired else _TARGET_REACHED
             rec[6] = 0
             continue
+        if h0 == tail:  # no history, or an earlier step left none
+            rec[0] = _STEP_SKIPPED
+            rec[1] = _FRAGMENT_ABSENT if tail == head else _FRAGMENT_EMPTY
+            rec[6] = 0
+            continue
         cut = _rows_cut(s, h0, tail, <int>specs[3 * k], specs[3 * k + 1], specs[3 * k + 2],
                         &removed, &ngroups)
         rec[4] = ngroups
@@ -1518,8 +1579,10 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
         messages_removed += cut - h0
         groups_removed += removed
         h0 = cut
-    # pairing warnings of the result, fragment by fragment
+    # pairing warnings of the result, fragment by fragment, and its unknown roles (a warning
+    # per role and fragment)
     cdef uint8_t any_tool
+    cdef int64_t orphans = 0, unanswered = 0, unknown = 0
     for f in range(3):
         a_lo = h0 if f == 1 else bounds[f]
         a_hi = bounds[f + 1]
@@ -1528,8 +1591,9 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
             any_tool |= sc.flags[i]
         if any_tool & (F_RESULT | F_CALLS):
             _rows_warnings(s, 0, f, a_lo, a_hi)
+        if any_tool & F_UNKNOWN:
+            unknown += r.unknown_roles(sc, p, a_lo, a_hi)
     r.stamp = s.stamp
-    cdef int64_t orphans = 0, unanswered = 0
     for i in range(s.nwarn):
         if s.w_code[i] == 0:
             orphans += 1
@@ -1588,6 +1652,7 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     row[11] = total < b_chars or messages_removed > 0
     for k in range(CP_MISSED_COUNT):
         row[12 + k] = missed == k + 1
+    row[_ROW_UNKNOWN] = unknown
     cut_out[_HEAD] = head
     cut_out[_TAIL] = tail
     cut_out[_KEPT] = h0
@@ -1599,19 +1664,38 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
 
 cdef tuple _STATUSES = ("skipped", "unchanged", "applied")
 cdef tuple _REASONS = ("not-triggered", "target-reached", "within-target", "keep-groups-floor",
-                       "trimmed")
+                       "trimmed", "fragment-absent", "fragment-empty")
+
+
+cdef list _unknown_records(_LineScan sc, const uint8_t* p, Py_ssize_t lo, Py_ssize_t hi,
+                           object fragment):
+    # The unknown-role records of messages lo:hi (fragment index ``fragment``): per role, in
+    # the order of first appearance, (fragment, first index, "unknown-role", (role, messages)).
+    cdef dict found = {}
+    cdef list entry
+    cdef Py_ssize_t i
+    for i in range(lo, hi):
+        if not (sc.flags[i] & F_UNKNOWN):
+            continue
+        key = PyBytes_FromStringAndSize(<const char*>(p + sc.role_at[i]), sc.role_len[i])
+        entry = found.get(key)
+        if entry is None:
+            found[key] = [i - lo, 1]
+        else:
+            entry[1] += 1
+    return [(fragment, entry[0], "unknown-role", ((<bytes>key).decode("utf-8"), entry[1]))
+            for key, entry in found.items()]
 
 
 cdef tuple _records(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t nsteps,
-                    bint with_history, const int64_t* row, const int64_t* steps_rec,
-                    const int64_t* cuts):
+                    const int64_t* row, const int64_t* steps_rec, const int64_t* cuts):
     # The records of reduce_transcript for a line _reduce_core took, and its id's span.
     cdef Py_ssize_t m = sc.m, head = cuts[_HEAD], tail = cuts[_TAIL], h0 = cuts[_KEPT]
     cdef Py_ssize_t bounds[4]
     bounds[0], bounds[1], bounds[2], bounds[3] = 0, head, tail, m
     cdef bint present[3]
     present[0] = head > 0
-    present[1] = tail > head or with_history
+    present[1] = tail > head
     present[2] = tail < m
     cdef list ids = [], before = [], after = [], kept = [], warnings = [], done = []
     cdef list index_of = [None, None, None]
@@ -1635,6 +1719,8 @@ cdef tuple _records(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t n
         after.append((_sum(sc.chars, kept_lo, a_hi), a_hi - kept_lo,
                       _sum(sc.opaque, kept_lo, a_hi)))
         kept.append(True if f == 1 and h0 != head else None)
+        if row[_ROW_UNKNOWN]:
+            warnings += _unknown_records(sc, p, kept_lo, a_hi, index_of[f])
     cdef _Rows* s = &r.s
     for i in range(s.nwarn):
         warnings.append((index_of[s.w_frag[i]], s.w_index[i],

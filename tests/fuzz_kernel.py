@@ -110,13 +110,13 @@ def _run(kernel: Any, history: list[Any], seed: int) -> Any:
         figures += [m.cut(msgs, 0, 1, 200), m.cut(msgs, 1, 0, None), m.cut(msgs, 0, 0, 0)]
         tail = m.tail(min(1, m.messages))
         return figures + [tail.chars, tail.messages, m.pairing(msgs), m.pairing(msgs, 1)
-                          if m.messages else []]
+                          if m.messages else [], m.unknown_role, m.unknown_roles(msgs)]
 
     def reduced(k: Any) -> Any:
         msgs = hostile(history, seed)
         head, tail = k.split_transcript(msgs)
         raw = k.reduce_transcript(hostile(history, seed), (("history", 0, 1, 300),
-                                                           ("history", 1, 0, 100)), 200, 50, True)
+                                                           ("history", 1, 0, 100)), 200, 50)
         # Figures only: the assembled messages are hostile objects, compared by their count.
         return [head, tail, raw[0], raw[1], raw[2], raw[4], raw[5], raw[7], raw[8], len(raw[6])]
 

@@ -227,6 +227,26 @@ def _pairing_on(messages: list[Any]) -> Callable[[Any], Any]:
     return run
 
 
+def _unknown_roles_on(messages: list[Any]) -> Callable[[Any], Any]:
+    def run(kernel: Any) -> Any:
+        m = kernel.measure(messages)
+        return [m.unknown_role, m.unknown_roles(messages)]
+
+    return run
+
+
+def _unknown_roles_after_change(kernel: Any) -> Any:
+    # Measure, then change the roles: they are read as they are now (by the text a str
+    # subclass holds); a message that is no longer one is an error, never a guess.
+    msgs: list[Any] = [{"role": "human", "content": "a"}, {"role": "ai", "content": "b"},
+                       {"role": "human", "content": "c"}]
+    m = kernel.measure(msgs)
+    msgs[0]["role"] = LyingStr("critic")
+    now = _caught(lambda: m.unknown_roles(msgs))
+    msgs[2] = "junk"
+    return [now, _caught(lambda: m.unknown_roles(msgs)), _caught(lambda: m.unknown_roles([]))]
+
+
 def _pieces(message: Any) -> Callable[[Any], Any]:
     def run(kernel: Any) -> Any:
         pieces = kernel.message_text_pieces(message, 0, "h")
@@ -897,6 +917,12 @@ CASES: dict[str, Callable[[Any], Any]] = {
         {"role": "tool", "tool_call_id": "zzz", "content": "r"},
     ]),
     "handler-strips-roles-then-fails": _handler_strips_roles,
+    "unknown-roles-of-lying-strs": _unknown_roles_on([
+        {"role": LyingStr("human"), "content": "a"}, {"role": "human", "content": "b"},
+        {"role": LyingStr("user"), "content": "c"}, LyingDict({"role": LyingStr("ai")}),
+        {"type": LyingStr("reasoning"), "summary": []},
+    ]),
+    "unknown-roles-after-the-roles-changed": _unknown_roles_after_change,
     "pairing-of-a-lying-list": _pairing_on(LyingList([
         {"role": "assistant", "tool_calls": [{"id": "a"}]},
         {"role": "tool", "tool_call_id": "a", "content": "r"},

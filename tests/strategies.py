@@ -58,8 +58,8 @@ tool_call = st.fixed_dictionaries(
         {"name": text}, optional={"arguments": st.none() | text | json_value}
     ) | st.none(), "type": st.just("function")},
 )
-# Every role of the table, and one it does not know.
-role = st.sampled_from([*ROLE_CODES, "critic"])
+# Every role of the table, and ones it does not know (LangChain's dumps write human and ai).
+role = st.sampled_from([*ROLE_CODES, "critic", "human", "ai"])
 chat_message = st.fixed_dictionaries(
     {"role": role},
     optional={
@@ -98,6 +98,8 @@ responses_item = (
         {"type": st.sampled_from(["web_search_call", "item_reference", "mcp_list_tools"])},
         optional={"id": text},
     )
+    # an item type the kernels do not know, beside a string role: a message with that role
+    | st.fixed_dictionaries({"type": st.just("future_item"), "role": role, "content": content})
 )
 message = chat_message | responses_item
 # Invalid messages, so that both twins are seen to raise the same error at the same index.

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 
 from contextpolicy import ContextPlan, ContextPlanError, ContextPolicyError, process_context
 from contextpolicy.batch import Reduced, reduce_table
-from contextpolicy.plan import Fragment
 
 pytestmark = pytest.mark.usefixtures("pipeline_kernel")
 
@@ -41,15 +40,9 @@ def reduce_policy(*steps: dict, trigger: int = 100, target: int | None = 50) -> 
 
 
 def expected(row: list, policy, **kwargs):
-    """process_context of the row's transcript (an empty history where the policy names one
-    and the row has none, as the command line does)."""
-    plan = ContextPlan.from_messages(row)
-    if not any(f.id == "history" for f in plan.fragments) and "history" in str(policy):
-        fragments = list(plan.fragments)
-        fragments.insert(1 if fragments and fragments[0].id == "system" else 0,
-                         Fragment(id="history", kind="history", messages=[]))
-        plan = ContextPlan(fragments=fragments)
-    return process_context(plan, policy, **kwargs)
+    """process_context of the row's transcript (a row without a history skips the steps on
+    it)."""
+    return process_context(ContextPlan.from_messages(row), policy, **kwargs)
 
 
 def filled(messages: list, names: list[str]) -> list:

@@ -630,19 +630,26 @@ def test_memory_stays_flat_in_the_number_of_lines(workdir, jobs):
         assert big - small < len(lines), (this_one, rss, len(lines))
 
 
-def test_short_transcripts_have_an_empty_history(workdir):
+def test_short_transcripts_skip_the_steps_on_their_absent_history(workdir):
+    # As process_context: no history is invented; a triggered step on it is skipped.
     lines = [{"id": "empty", "messages": []},
              {"id": "question-only", "messages": [{"role": "user", "content": "hi"}]},
              {"id": "system-only", "messages": [{"role": "system", "content": "rules"}]}]
+    (workdir / "policy.json").write_text(json.dumps(
+        {**SEED_POLICY, "triggerChars": 1, "targetInputChars": 1}))
     data = "".join(json.dumps(line) + "\n" for line in lines).encode()
     result = run("reduce", "-", "--policy", "policy.json", "--report", "report.json", "-q",
                  stdin=data, cwd=workdir)
     assert result.returncode == 0, result.stderr
     assert [json.loads(x) for x in result.stdout.splitlines()] == lines
     report = json.loads((workdir / "report.json").read_text())
-    history = [next(f for f in c["report"]["fragments"] if f["id"] == "history")
-               for c in report["conversations"]]
-    assert [h["messagesBefore"] for h in history] == [0, 0, 0]
+    conversations = report["conversations"]
+    assert [[f["id"] for f in c["report"]["fragments"]] for c in conversations] == [
+        [], ["question"], ["system"]]
+    assert [[(s["status"], s["reason"]) for s in c["report"]["steps"]]
+            for c in conversations] == [[("skipped", "not-triggered")],
+                                        [("skipped", "fragment-absent")],
+                                        [("skipped", "fragment-absent")]]
 
 
 def test_a_pipe_streams_line_by_line(workdir):

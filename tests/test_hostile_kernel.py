@@ -73,6 +73,13 @@ EXPECTED: dict[str, tuple[str, Any]] = {
         "value", [[0, "unanswered-tool-call", "a"], [2, "orphan-tool-result", "zzz"]],
     ),
     "pairing-of-a-lying-list": ("value", []),
+    # Roles by the text a str subclass holds (a LyingStr("user") is the user's); read as they
+    # are when asked, and an error when a flagged message is no longer one.
+    "unknown-roles-of-lying-strs": ("value", [True, [[0, "human", 2], [3, "ai", 1]]]),
+    "unknown-roles-after-the-roles-changed": ("value", [
+        ["value", [[0, "critic", 1], [1, "ai", 1], [2, "human", 1]]],
+        ["TypeError", "message 2 has no string role: flags do not belong to these messages"],
+        ["ValueError", "flags and messages differ in length (3 != 0)"]]),
     # Responses items: the same limits, checks and reading rules as chat messages.
     "item-output-contains-itself": ("raised", "too-deep"),
     "item-output-nesting-at-the-limit": ("value", [[0], [6], [2], [0]]),

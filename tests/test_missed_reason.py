@@ -107,7 +107,7 @@ def test_a_protected_question_over_the_target_with_an_empty_history():
     report = both_runs(plan_of([{"role": "user", "content": "x" * 6895}]),
                        reduce_policy(trim(1000, keep=2)))
     assert report.triggered and report.target_reached is False
-    assert [(s.status, s.reason) for s in report.steps] == [("unchanged", "within-target")]
+    assert [(s.status, s.reason) for s in report.steps] == [("skipped", "fragment-empty")]
     assert report.missed_reason == "protected-over-target"
 
 

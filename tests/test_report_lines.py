@@ -53,7 +53,7 @@ _OWN = object()
 def call(worker: runner._Worker, data: bytes, starts: list[int], stops: list[int],
          template: Any = _OWN) -> tuple[Any, ...]:
     return (data, starts, stops, worker.fused, worker.prepared._trigger,
-            worker.prepared._watermark, worker.needs_history,
+            worker.prepared._watermark,
             worker.reports.entry_template() if template is _OWN else template)
 
 

@@ -90,11 +90,10 @@ def strict_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def expected_records(messages: list[Any], steps: Any, trig: int, wm: int,
-                     with_history: bool) -> tuple[Any, ...]:
+def expected_records(messages: list[Any], steps: Any, trig: int, wm: int) -> tuple[Any, ...]:
     """What ``raws[i][0]`` must be: the object path's records, kept lists as ``True``/``None``
     and no assembled input."""
-    records = _kernel_py.reduce_transcript(messages, steps, trig, wm, with_history)
+    records = _kernel_py.reduce_transcript(messages, steps, trig, wm)
     fired, before, after, kept, done, warnings, _, ids, totals = records
     return (fired, before, after, [None if k is None else True for k in kept], done, warnings,
             None, ids, totals)
@@ -122,7 +121,8 @@ def expected_figures(records: tuple[Any, ...], steps: Any, wm: int) -> list[int]
     return [1, int(fired), int(totals[8]), totals[0], totals[3], totals[1], totals[4], totals[6],
             totals[7], codes.count("orphan-tool-result"), codes.count("unanswered-tool-call"),
             int(totals[3] < totals[0] or totals[4] < totals[1]),
-            *(int(missed == reason) for reason in MISSED_REASONS)]
+            *(int(missed == reason) for reason in MISSED_REASONS),
+            codes.count("unknown-role")]
 
 
 def exact_loads(b: bytes) -> Any:
@@ -130,13 +130,11 @@ def exact_loads(b: bytes) -> Any:
     return json.loads(b.decode("utf-8"))
 
 
-def run_both(differential, data, starts, stops, steps, trig, wm, with_history):
+def run_both(differential, data, starts, stops, steps, trig, wm):
     """reduce_lines on every kernel, with and without raw records (the same out, ends and
     figures either way)."""
-    result = differential("reduce_lines", data, starts, stops, steps, trig, wm, with_history,
-                          True)
-    plain = differential("reduce_lines", data, starts, stops, steps, trig, wm, with_history,
-                         False)
+    result = differential("reduce_lines", data, starts, stops, steps, trig, wm, True)
+    plain = differential("reduce_lines", data, starts, stops, steps, trig, wm, False)
     assert bytes(plain[0]) == bytes(result[0])
     assert np.array_equal(plain[1], result[1]) and np.array_equal(plain[2], result[2])
     assert plain[3] is None
@@ -144,11 +142,10 @@ def run_both(differential, data, starts, stops, steps, trig, wm, with_history):
 
 
 def check_call(differential, data: bytes, starts: list[int], stops: list[int], steps: Any,
-               trig: int, wm: int, with_history: bool) -> list[int]:
+               trig: int, wm: int) -> list[int]:
     """Both kernels agree, and every handled line agrees with the object path; returns which
     lines were handled."""
-    out, ends, figures, raws = run_both(differential, data, starts, stops, steps, trig, wm,
-                                        with_history)
+    out, ends, figures, raws = run_both(differential, data, starts, stops, steps, trig, wm)
     out = bytes(out)
     n = len(starts)
     assert ends.dtype == np.int64 and ends.shape == (n,)
@@ -168,16 +165,16 @@ def check_call(differential, data: bytes, starts: list[int], stops: list[int], s
         handled.append(1)
         assert figures[k, 0] == 1
         check_handled(line, piece, figures[k].tolist(), raws[k], starts[k], data, steps, trig,
-                      wm, with_history)
+                      wm)
     return handled
 
 
 def check_handled(line: bytes, piece: bytes, row: list[int], raw: Any, start: int, data: bytes,
-                  steps: Any, trig: int, wm: int, with_history: bool) -> None:
+                  steps: Any, trig: int, wm: int) -> None:
     doc = orjson.loads(line)  # a handled line is JSON orjson reads ...
     assert type(doc) is dict and type(doc.get("messages")) is list and "fragments" not in doc
     messages = doc["messages"]
-    records = expected_records(messages, steps, trig, wm, with_history)
+    records = expected_records(messages, steps, trig, wm)
     assert raw is not None
     got_records, id_span = raw
     assert strict_equal(got_records, records), (line, got_records, records)
@@ -575,9 +572,7 @@ limits = st.sampled_from([-1, 0, 1, 10, 40, 100, 300, 10**6]) | st.integers(-1, 
 
 @st.composite
 def calls(draw) -> tuple[Any, ...]:
-    steps = draw(steps_st)
-    with_history = True if steps else draw(st.booleans())
-    return steps, draw(limits), draw(limits), with_history
+    return draw(steps_st), draw(limits), draw(limits)
 
 
 @st.composite
@@ -600,9 +595,9 @@ def generated_lines(draw, newlines: bool = True, mutations: bool = True) -> list
 @HYPOTHESIS
 @given(generated_lines(), calls(), st.randoms(use_true_random=False))
 def test_generated_lines_agree_with_the_object_path(differential, lines, call, rnd):
-    steps, trig, wm, with_history = call
+    steps, trig, wm = call
     data, starts, stops = frame(lines, rnd)
-    check_call(differential, data, starts, stops, steps, trig, wm, with_history)
+    check_call(differential, data, starts, stops, steps, trig, wm)
 
 
 @settings(HYPOTHESIS, max_examples=150)
@@ -611,11 +606,11 @@ def test_generated_lines_agree_with_the_object_path(differential, lines, call, r
 def test_chat_transcripts_in_every_serialisation(differential, messages, call, how, rnd):
     # Chat messages only (every one of the byte path's shapes), under every serialiser: what
     # serialises to JSON orjson reads, with no key repeated or escaped, is handled.
-    steps, trig, wm, with_history = call
+    steps, trig, wm = call
     doc = {"id": "x", "messages": [{"role": "system", "content": "be brief"}, *messages]}
     line = serialise(doc, how, rnd)
     data, starts, stops = frame([line])
-    handled = check_call(differential, data, starts, stops, steps, trig, wm, with_history)
+    handled = check_call(differential, data, starts, stops, steps, trig, wm)
     if how in ("orjson", "utf-8", "whitespace") and plainly_written(line):
         assert handled == [1], line
 
@@ -710,7 +705,7 @@ def test_tool_traffic_and_trims(differential, transcripts_, steps, trig, wm):
     # the scanner's state is carried from line to line.
     lines = [('{"messages":[' + ",".join(t) + "]}").encode() for t in transcripts_]
     data, starts, stops = frame(lines)
-    assert all(check_call(differential, data, starts, stops, steps, trig, wm, True))
+    assert all(check_call(differential, data, starts, stops, steps, trig, wm))
 
 
 @settings(HYPOTHESIS, max_examples=150)
@@ -733,7 +728,7 @@ def test_every_truncation_and_every_stray_byte(differential, messages, rnd, seed
     cuts = sorted({rnd.randrange(len(line)) for _ in range(8)})
     starts += [0] * len(cuts)
     stops += cuts
-    handled = check_call(differential, data, starts, stops, (("history", 0, 1, 10),), 5, 3, True)
+    handled = check_call(differential, data, starts, stops, (("history", 0, 1, 10),), 5, 3)
     assert not any(handled[len(variants):]), "a proper prefix of an object is never JSON"
 
 
@@ -762,7 +757,7 @@ def _orjson_ok(value: Any) -> bool:
 ]), min_size=1, max_size=4), st.sampled_from(["top", "message", "input", "arguments", "id",
                                                "part", "result"]), calls())
 def test_numbers_of_every_form(differential, numbers_, where, call):
-    steps, trig, wm, with_history = call
+    steps, trig, wm = call
     nums = "[" + ",".join(numbers_) + "]"
     messages = ['{"role":"user","content":"hello there"}']
     top = ""
@@ -793,7 +788,7 @@ def test_numbers_of_every_form(differential, numbers_, where, call):
     messages.append('{"role":"user","content":"q"}')
     line = ('{"messages":[' + ",".join(messages) + "]" + top + "}").encode()
     data, starts, stops = frame([line])
-    check_call(differential, data, starts, stops, steps, trig, wm, with_history)
+    check_call(differential, data, starts, stops, steps, trig, wm)
 
 
 @settings(HYPOTHESIS, max_examples=100)
@@ -828,7 +823,7 @@ def test_deep_nesting_at_the_limit(differential, kinds, offset, where):
                         f'"content":[{{"type":"text","text":"t","deep":{inner}}}]}}]}}')
     line = ('{"messages":[' + ",".join(messages) + "]" + top + "}").encode()
     data, starts, stops = frame([line])
-    check_call(differential, data, starts, stops, (("history", 1, 0, 3),), 1, 1, True)
+    check_call(differential, data, starts, stops, (("history", 1, 0, 3),), 1, 1)
 
 
 def nested_results(levels: int) -> bytes:
@@ -845,7 +840,7 @@ def test_nested_tool_results(differential, levels):
     # path, which measures them up to MAX_NESTING.
     line = nested_results(levels)
     data, starts, stops = frame([line])
-    handled = check_call(differential, data, starts, stops, (("history", 0, 0, 0),), 0, 0, True)
+    handled = check_call(differential, data, starts, stops, (("history", 0, 0, 0),), 0, 0)
     assert handled == [int(3 + 2 * levels <= SCAN_DEPTH)]
 
 
@@ -855,7 +850,7 @@ def test_nested_tool_results(differential, levels):
 def test_random_bytes(differential, data, ranges):
     ranges = [(min(a, b, len(data)), min(max(a, b), len(data))) for a, b in ranges]
     check_call(differential, data, [a for a, _ in ranges], [b for _, b in ranges],
-               (("history", 0, 1, 5),), 0, 0, True)
+               (("history", 0, 1, 5),), 0, 0)
 
 
 @settings(HYPOTHESIS, max_examples=150)
@@ -870,7 +865,7 @@ def test_token_soup(differential, tokens):
     line = b'{"messages":[' + b"".join(tokens)
     lines = [line, line + b"]}", line + b"}]}", b"".join(tokens)]
     data, starts, stops = frame(lines)
-    check_call(differential, data, starts, stops, (("history", 1, 0, 1),), 0, 0, True)
+    check_call(differential, data, starts, stops, (("history", 1, 0, 1),), 0, 0)
 
 
 @settings(HYPOTHESIS, max_examples=20)
@@ -902,7 +897,7 @@ def test_huge_strings(differential, where, size, unit):
     messages.append('{"role":"user","content":"q"}')
     line = ('{"messages":[' + ",".join(messages) + "]" + top + "}").encode()
     data, starts, stops = frame([line, line[:-1], line + b" "])
-    handled = check_call(differential, data, starts, stops, (("history", 0, 0, 0),), 0, 0, True)
+    handled = check_call(differential, data, starts, stops, (("history", 0, 0, 0),), 0, 0)
     # keys, roles and ids written with an escape take the object path
     plain = "\\" not in unit or where in ("content", "id", "input")
     assert handled == [int(plain), 0, int(plain)]
@@ -927,7 +922,7 @@ def test_one_special_byte_at_every_offset(differential, special):
             lines += [line + b"}", line + b',"pad":"' + b"b" * 100 + b'"}']
     data, starts, stops = frame(lines)
     out, ends, figures, raws = differential("reduce_lines", data, starts, stops, (), -1, -1,
-                                            True, False)
+                                            False)
     for k, line in enumerate(lines):
         try:
             expected = len(orjson.loads(line)["messages"][0]["content"])
@@ -947,7 +942,7 @@ def test_runs_and_specials_in_one_string(differential, pieces, pad):
             + b'"}')
     data, starts, stops = frame([line])
     out, ends, figures, raws = differential("reduce_lines", data, starts, stops, (), -1, -1,
-                                            True, False)
+                                            False)
     try:
         expected = len(orjson.loads(line)["messages"][0]["content"])
     except orjson.JSONDecodeError:
@@ -995,7 +990,7 @@ def compare_runner(lines: list[bytes], policy: dict[str, Any]) -> list[int]:
     if worker.fused is not None:
         _, _, figures, _ = runner._kernel.reduce_lines(
             data, starts, stops, worker.fused, worker.prepared._trigger,
-            worker.prepared._watermark, worker.needs_history, False)
+            worker.prepared._watermark, False)
         assert [r.scanned for r in on] == figures[:, 0].tolist()
     return [r.scanned for r in on]
 
@@ -1093,18 +1088,17 @@ def corpora() -> dict[str, list[bytes]]:
 
 @pytest.mark.parametrize("name", ["chats", "agent-traces", "long-transcripts"])
 @pytest.mark.parametrize("call", [
-    ((("history", 0, 2, 1000),), 1800, 1500, True),  # the seed policy
-    ((), -1, -1, False),  # validate
-    ((), -1, -1, True),
-    ((("history", 1, 3, 2000),), 100, 100, True),
-    ((("history", 0, 0, 0), ("history", 1, 1, 10)), 0, 0, True),
-    ((("history", 1, 0, 50_000), ("history", 0, 2, 5000)), 20_000, 10_000, True),
+    ((("history", 0, 2, 1000),), 1800, 1500),  # the seed policy
+    ((), -1, -1),  # validate
+    ((("history", 1, 3, 2000),), 100, 100),
+    ((("history", 0, 0, 0), ("history", 1, 1, 10)), 0, 0),
+    ((("history", 1, 0, 50_000), ("history", 0, 2, 5000)), 20_000, 10_000),
 ])
 def test_corpora_take_the_byte_path(differential, corpora, name, call):
-    steps, trig, wm, with_history = call
+    steps, trig, wm = call
     lines = corpora[name]
     data, starts, stops = frame(lines)
-    handled = check_call(differential, data, starts, stops, steps, trig, wm, with_history)
+    handled = check_call(differential, data, starts, stops, steps, trig, wm)
     assert sum(handled) / len(handled) == 1.0
 
 
@@ -1121,11 +1115,11 @@ def test_corpora_through_the_runner(corpora, name, policy):
 
 
 LINE = b'{"id":"a","messages":[{"role":"user","content":"hello"},{"role":"user","content":"q"}]}'
-GOOD = (LINE, [0], [len(LINE)], (("history", 0, 1, 1),), 0, 0, True)
+GOOD = (LINE, [0], [len(LINE)], (("history", 0, 1, 1),), 0, 0)
 
 
 def call_with(**changes: Any) -> tuple[Any, ...]:
-    names = ["data", "starts", "stops", "steps", "trig", "wm", "with_history"]
+    names = ["data", "starts", "stops", "steps", "trig", "wm"]
     args = dict(zip(names, GOOD))
     args.update(changes)
     return tuple(args[n] for n in names)
@@ -1165,9 +1159,6 @@ ARGUMENT_CASES = {
     "keep a str": call_with(steps=(("history", 0, "1", 1),)),
     "second step bad": call_with(steps=(("history", 0, 1, 1), ("history", 0, 1, -5))),
     "bad step and bad data": call_with(steps=(("history", 0, -1, 1),), data="text"),
-    "steps without with_history": call_with(with_history=False),
-    "steps without history, None": call_with(with_history=None),
-    "no steps, no history": call_with(steps=(), with_history=False),
     "many steps": call_with(steps=tuple(("history", k % 2, k % 3, 10 * k) for k in range(70))),
     "starts and stops differ": call_with(starts=[0, 0], stops=[len(LINE)]),
     "stops longer": call_with(starts=[], stops=[1]),
@@ -1213,7 +1204,6 @@ ARGUMENT_CASES = {
     # which argument is refused first
     "steps a list and trigger a str": call_with(steps=[], trig="x"),
     "steps None and data an int": call_with(steps=None, data=5),
-    "no with_history and data an int": call_with(with_history=False, data=5),
     "bad step and bad starts": call_with(steps=(("history", 9, 1, 1),), starts=[0, 1]),
     "data an int and starts 2-d": call_with(data=5, starts=np.zeros((2, 2))),
     "starts 2-d and stops 2-d": call_with(starts=np.zeros((2, 2)), stops=np.zeros((2, 2))),
@@ -1269,9 +1259,9 @@ class Boom:
         raise RuntimeError("int boom")
 
 
-@pytest.mark.parametrize("position", [4, 5, 6, 7])
+@pytest.mark.parametrize("position", [4, 5, 6])
 def test_arguments_that_raise(kernels, position):
-    # with_history, raw, the limits: an argument whose conversion raises is that error.
+    # the limits, raw: an argument whose conversion raises is that error.
     seen = []
     for k in kernels:
         args = list(GOOD) + [True]
@@ -1286,7 +1276,7 @@ def test_bytearray_is_released(kernels):
     # No export of the buffer outlives the call, nor an error of it: the caller may resize.
     for k in kernels:
         buf = bytearray(LINE)
-        k.reduce_lines(buf, [0], [len(LINE)], (), 0, 0, False, True)
+        k.reduce_lines(buf, [0], [len(LINE)], (), 0, 0, True)
         buf += b"x"
         with pytest.raises(ValueError):
             k.reduce_lines(buf, [0], [10**6], (), 0, 0)
@@ -1309,7 +1299,7 @@ def test_every_buffer_reads_the_same(differential, kind):
         data = {"bytes": raw, "bytearray": bytearray(raw), "memoryview": memoryview(
             bytearray(raw)), "readonly": memoryview(raw), "numpy": np.frombuffer(raw, np.uint8),
             "array": array.array("B", raw)}[kind]
-    handled = check_call(differential, data, starts, stops, (("history", 0, 0, 0),), 0, 0, True)
+    handled = check_call(differential, data, starts, stops, (("history", 0, 0, 0),), 0, 0)
     assert handled == [1, 1, 0, 0, 1]
     if kind == "mmap":
         data.close()
@@ -1322,13 +1312,13 @@ def test_more_than_scan_keys_top_level_keys(differential):
         others = ",".join(f'"k{i}":{i}' for i in range(nkeys))
         line = ('{' + others + ',"messages":[{"role":"user","content":"x"}]}').encode()
         data, starts, stops = frame([line])
-        assert check_call(differential, data, starts, stops, (), -1, -1, True) == [taken], nkeys
+        assert check_call(differential, data, starts, stops, (), -1, -1) == [taken], nkeys
     # many keys in a message or a part are no limit
     many = ",".join(f'"k{i}":{i}' for i in range(300))
     line = ('{"messages":[{"role":"user","content":[{"type":"text","text":"t",' + many + '}],'
             + many + '}]}').encode()
     data, starts, stops = frame([line])
-    assert check_call(differential, data, starts, stops, (), -1, -1, True) == [1]
+    assert check_call(differential, data, starts, stops, (), -1, -1) == [1]
 
 
 def test_many_messages_and_ids(differential):
@@ -1346,8 +1336,8 @@ def test_many_messages_and_ids(differential):
     big = ('{"messages":[' + ",".join(msgs) + "]}").encode()
     small = b'{"messages":[{"role":"user","content":"x"},{"role":"tool","tool_call_id":"c1"}]}'
     data, starts, stops = frame([small, big, small, big[:len(big) // 2] + b"]}", small])
-    for call in [((("history", 0, 3, 500),), 0, 0, True), ((("history", 1, 50, 0),), 0, 0, True),
-                 ((), -1, -1, False)]:
+    for call in [((("history", 0, 3, 500),), 0, 0), ((("history", 1, 50, 0),), 0, 0),
+                 ((), -1, -1)]:
         check_call(differential, data, starts, stops, *call)
 
 
@@ -1368,11 +1358,11 @@ def test_truncated_at_every_position(differential):
     # line after it in the buffer, and at the very end of the buffer.
     for seed in SEEDS_FOR_TRUNCATION:
         for cut in range(len(seed) + 1):
-            assert check_call(differential, seed, [0], [cut], (("history", 0, 0, 0),), 0, 0,
-                              True) == [int(cut == len(seed))]
+            assert check_call(differential, seed, [0], [cut], (("history", 0, 0, 0),), 0,
+                              0) == [int(cut == len(seed))]
             prefix = seed[:cut]
-            assert check_call(differential, prefix, [0], [cut], (), -1, -1,
-                              True) == [int(cut == len(seed))]
+            assert check_call(differential, prefix, [0], [cut], (), -1,
+                              -1) == [int(cut == len(seed))]
 
 
 GUARD_SCRIPT = r"""
@@ -1391,8 +1381,8 @@ for seed in seeds:
     for cut in range(len(seed) + 1):
         piece = seed[:cut]
         view[PAGE - len(piece):] = piece
-        for steps, wh in (((("history", 0, 0, 0),), True), ((), False)):
-            _kernel_c.reduce_lines(view, [PAGE - len(piece)], [PAGE], steps, 0, 0, wh, True)
+        for steps in ((("history", 0, 0, 0),), ()):
+            _kernel_c.reduce_lines(view, [PAGE - len(piece)], [PAGE], steps, 0, 0, True)
             count += 1
 print(count)
 """
@@ -1435,11 +1425,11 @@ def test_random_lines_at_the_end_of_a_guarded_buffer():
 
 
 def one(differential, line: bytes, steps: Any = (), trig: int = -1, wm: int = -1,
-        with_history: bool = True) -> tuple[bytes, list[int], Any]:
+        ) -> tuple[bytes, list[int], Any]:
     data, starts, stops = frame([line])
-    handled = check_call(differential, data, starts, stops, steps, trig, wm, with_history)
+    handled = check_call(differential, data, starts, stops, steps, trig, wm)
     out, _, figures, raws = differential("reduce_lines", data, starts, stops, steps, trig, wm,
-                                         with_history, True)
+                                         True)
     assert handled == [int(figures[0, 0])]
     return bytes(out), figures[0].tolist(), raws[0]
 
@@ -1493,6 +1483,7 @@ def test_function_arguments_count_as_text_or_compact_json(differential):
     # f + {"x": 1} (8) + gg + {"x":[1,2]} (11) + ok + orphan
     assert row[3] == 1 + 8 + 2 + 11 + 2 + 6
     assert row[9:11] == [1, 2]  # zz answers nothing; b and c are unanswered
+    assert row[-1] == 0  # no unknown role
     warnings = raw[0][5]
     assert [(w[2], w[3]) for w in warnings] == [("unanswered-tool-call", "b"),
                                                 ("unanswered-tool-call", "c"),
@@ -1515,7 +1506,7 @@ def test_anthropic_blocks(differential):
     # image opaque) | q2 2 (the image_url opaque)
     assert records[1] == [(3, 1, 0), (17, 3, 2), (2, 1, 1)]
     # reduced; missed the target (0) with sys and q2 alone above it: protected-over-target
-    assert row == [1, 1, 0, 22, 5, 5, 2, 3, 1, 0, 0, 1, 1, 0, 0, 0]
+    assert row == [1, 1, 0, 22, 5, 5, 2, 3, 1, 0, 0, 1, 1, 0, 0, 0, 0]
     assert out == (b'{"id":7,"messages":[{"role":"system","content":[{"type":"text",'
                    b'"text":"sys"}]},{"role":"user","content":[{"type":"image_url",'
                    b'"image_url":{"url":"u"}},"q2"]}]}\n')
@@ -1532,7 +1523,7 @@ def test_a_trim_copies_the_kept_messages_byte_for_byte(differential):
     assert out == (b'{"messages" : [{"role":"system","content":"S"},' + kept[0] + b"," + kept[1]
                    + b',{"role":"user","content":"Q"}] ,"id":"z" }\n')
     assert row == [1, 1, 0, 1 + 11 + 2 + 5 + 2 + 1, 1 + 5 + 2 + 1, 6, 4, 2, 1, 0, 0, 1,
-                   1, 0, 0, 0]
+                   1, 0, 0, 0, 0]
     data, _, _ = frame([line])
     span = raw[1]
     assert data[span[0]:span[1]] == b'"z"'
@@ -1551,6 +1542,7 @@ def test_the_pairing_guard_keeps_a_call_with_its_result(differential):
     _, row, raw = one(differential, line, (("history", 1, 0, 2),), 0, 0)
     assert row[0] == 1
     assert row[9:11] == [0, 0]
+    assert row[-1] == 0
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -1705,7 +1697,7 @@ def test_lines_of_the_byte_path(differential, line, reason):
 
 def test_the_runner_gives_orjson_errors():
     lines = [b'{"messages":[{"role":"user","content":"\\ud800"}]}', b'{"messages":[],"x":1e400}',
-             b'{"messages":[]}x', b"", b"[1]", b'{"messages":[],"fragments":[]}',
+             b'{"messages":[]}x', b"", b"[1]", b'{"messages":[],"fragments":[{}]}',
              b'{"messages":[{"role":"user","content":"\xff"}]}']
     results = run_lines(lines, SEED_POLICY, True)
     for line, result in zip(lines, results):
@@ -1738,7 +1730,7 @@ def test_numbers_beyond_a_double(differential, number, where):
     }[where]
     good = b'{"messages":[{"role":"user","content":"a"}]}'
     data, starts, stops = frame([good, line, good])
-    assert check_call(differential, data, starts, stops, (), -1, -1, True) == [1, 0, 1]
+    assert check_call(differential, data, starts, stops, (), -1, -1) == [1, 0, 1]
 
 
 def test_the_runner_on_a_number_beyond_a_double():

@@ -28,6 +28,7 @@ from ._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
+    FLAG_UNKNOWN_ROLE,
     GROUP_MESSAGE,
     GROUP_USER_TURN,
     INSTRUCTION_ROLE_CODES,
@@ -321,6 +322,8 @@ def _message(message: Any, acc: _Acc, index: int, fid: str | None) -> tuple[int,
     role = exact_str(role)
     code = ROLE_CODES.get(role, ROLE_OTHER)
     flags = _content(f.get("content"), acc, index, fid, "content")
+    if code == ROLE_OTHER:
+        flags |= FLAG_UNKNOWN_ROLE
     # A user message that carries tool_result blocks belongs to the turn that called the tool.
     if code == ROLE_USER and not flags & FLAG_TOOL_RESULT:
         flags |= FLAG_OPENS_TURN
@@ -582,18 +585,45 @@ def tool_pairing(
     return found
 
 
+def _unknown_roles(messages: list[Any], flags: npt.NDArray[np.uint8]
+                   ) -> list[tuple[int, str, int]]:
+    """``(first index, role, messages)`` of each role the accounting does not know, in the order
+    of first appearance; only the messages flagged ``FLAG_UNKNOWN_ROLE`` are read."""
+    if len(flags) > list.__len__(messages):
+        raise ValueError(
+            f"flags and messages differ in length ({len(flags)} != {list.__len__(messages)})"
+        )
+    found: dict[str, list[int]] = {}
+    for i in np.flatnonzero(flags & FLAG_UNKNOWN_ROLE).tolist():
+        message = list.__getitem__(messages, i)
+        role = fields(message).get("role") if isinstance(message, dict) else None
+        if not isinstance(role, str):
+            raise TypeError(f"message {i} has no string role: flags do not belong to these "
+                            "messages")
+        role = exact_str(role)
+        entry = found.get(role)
+        if entry is None:
+            found[role] = [i, 1]
+        else:
+            entry[1] += 1
+    return [(first, role, count) for role, (first, count) in found.items()]
+
+
 class Measure:
-    """A message list measured in one pass: ``chars``, ``messages``, ``opaque_parts`` and
-    ``tool_traffic`` (some message calls a tool or carries a result), and per message its role,
-    chars, flags and opaque parts, which :meth:`cut`, :meth:`tail` and :meth:`pairing` use.
+    """A message list measured in one pass: ``chars``, ``messages``, ``opaque_parts``,
+    ``tool_traffic`` (some message calls a tool or carries a result) and ``unknown_role`` (some
+    message has a role the accounting does not know), and per message its role, chars, flags
+    and opaque parts, which :meth:`cut`, :meth:`tail`, :meth:`pairing` and
+    :meth:`unknown_roles` use.
     The compiled kernel keeps them in C arrays, so a short conversation costs no numpy."""
 
-    __slots__ = ("_arrays", "chars", "messages", "opaque_parts", "tool_traffic")
+    __slots__ = ("_arrays", "chars", "messages", "opaque_parts", "tool_traffic", "unknown_role")
     _arrays: tuple[Any, Any, Any, Any]
     chars: int
     messages: int
     opaque_parts: int
     tool_traffic: bool
+    unknown_role: bool
 
     def __init__(self) -> None:
         raise TypeError("Measure objects come from measure()")
@@ -607,6 +637,7 @@ class Measure:
         self.messages = len(chars)
         self.opaque_parts = int(opaque.sum())
         self.tool_traffic = bool(np.any(flags & (FLAG_TOOL_CALLS | FLAG_TOOL_RESULT)))
+        self.unknown_role = bool(np.any(flags & FLAG_UNKNOWN_ROLE))
         return self
 
     def arrays(self) -> tuple[npt.NDArray[np.int8], Int64Array, npt.NDArray[np.uint8],
@@ -642,6 +673,22 @@ class Measure:
                 f"{list.__len__(messages)})"
             )
         return tool_pairing(list.__getitem__(messages, slice(start, None)), flags[start:])
+
+    def unknown_roles(self, messages: list[Any], start: int = 0) -> list[tuple[int, str, int]]:
+        """Each role of ``messages[start:]`` the accounting does not know: ``(first index,
+        role, messages)`` in the order of first appearance (indices relative to ``start``)."""
+        start = _c_int(start, "Py_ssize_t")
+        if not isinstance(messages, list):
+            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+        if start < 0 or start > self.messages:
+            raise ValueError(f"start {start} is outside 0..{self.messages}")
+        flags = self._arrays[2]
+        if len(flags) > list.__len__(messages):
+            raise ValueError(
+                f"flags and messages differ in length ({len(flags)} != "
+                f"{list.__len__(messages)})"
+            )
+        return _unknown_roles(list.__getitem__(messages, slice(start, None)), flags[start:])
 
     def cut(
         self, messages: list[Any], grouping: int, keep_groups: int, target_chars: int | None
@@ -727,13 +774,18 @@ def reduce_plan(
     the new
     message list of each fragment a trim changed (``None`` for the others); ``(status, reason,
     chars_before, chars_after, groups_before, groups_after, messages_removed)`` per step;
-    ``(fragment index, message index, code, tool call id)`` per pairing warning of the result;
+    ``(fragment index, message index, code, detail)`` per warning of the result: first an
+    ``unknown-role`` for each role of a fragment the accounting does not know (at its first
+    message, detail ``(role, messages)``), then the pairing warnings (detail: the tool call id);
     the assembled input; the fragment ids; the plan's chars, messages and opaque parts
     before and after, the messages and groups the applied trims removed, and whether the
-    chars watermark is met after. With ``fragment_type``, ``None`` when a fragment is
-    not exactly of that type (fields are then read from the ``__dict__``, as validated); with
-    ``protected_kinds``, ``None`` when a step's fragment is missing, protected (its kind is one
-    of them, or it is marked ``protected``) or holds text.
+    chars watermark is met after. A step that runs on a fragment holding no message is skipped
+    (``fragment-empty``), and so is one on a ``history`` the plan does not hold
+    (``fragment-absent``); any other fragment a step names must be there. With
+    ``fragment_type``, ``None`` when a fragment is not exactly of that type (fields are then
+    read from the ``__dict__``, as validated); with ``protected_kinds``, ``None`` when a step's
+    fragment is missing (but for the history), protected (its kind is one of them, or it is
+    marked ``protected``) or holds text.
     """
     trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
     steps = _c_tuple(steps, "steps")
@@ -762,6 +814,8 @@ def reduce_plan(
     if protected_kinds is not None:
         for step in steps:
             if step[0] not in ids:
+                if step[0] == "history":  # left out of a transcript: the step is skipped
+                    continue
                 return None
             i = ids.index(step[0])
             # The list as it is now (reading a fragment may have run code that changed it).
@@ -853,13 +907,12 @@ def _carries_tool_results(message: dict[str, Any]) -> bool:
 
 def reduce_transcript(
     messages: list[Any], steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int,
-    watermark_chars: int, with_history: bool = False,
+    watermark_chars: int,
 ) -> tuple[Any, ...]:
     """:func:`reduce_plan` of ``ContextPlan.from_messages(messages)`` without building the
     plan: fragments ``system``, ``history`` and ``question`` as :func:`split_transcript` cuts
-    them (``history`` there, empty, when ``with_history`` and the transcript has none)."""
+    them, each there only when it holds a message."""
     trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
-    with_history = bool(with_history)
     steps = _c_tuple(steps, "steps")
     head, tail = split_transcript(messages)
     ids: list[str] = []
@@ -868,7 +921,7 @@ def reduce_transcript(
     if head:
         ids.append("system")
         lists.append(list.__getitem__(messages, slice(None, head)))
-    if tail > head or with_history:
+    if tail > head:
         ids.append("history")
         lists.append(list.__getitem__(messages, slice(head, tail)))
     if tail < n:
@@ -908,11 +961,17 @@ def _reduce(
                          None, None, None, None, 0))
             continue
         if fid not in ids:
-            raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
+            if fid != "history":
+                raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
+            done.append(("skipped", "fragment-absent", None, None, None, None, 0))
+            continue
         i = ids.index(fid)
         m = measures[i][3]
         if m is None:
             raise TypeError(f"expected a list of messages, got {type(lists[i]).__name__}")
+        if m.messages == 0:
+            done.append(("skipped", "fragment-empty", None, None, None, None, 0))
+            continue
         first, cut, ngroups = m.cut(lists[i], grouping, keep_groups, target)
         if cut == 0:
             reason = "within-target" if m.chars <= target else "keep-groups-floor"
@@ -924,7 +983,12 @@ def _reduce(
         reason = "trimmed" if tail.chars <= target else "keep-groups-floor"
         done.append(("applied", reason, m.chars, tail.chars, ngroups, ngroups - first, cut))
         chars += tail.chars - m.chars
-    warnings = [
+    warnings: list[tuple[int, int, str, Any]] = [
+        (i, first, "unknown-role", (role, count))
+        for i, m in enumerate(measures) if m[3] is not None and m[3].unknown_role
+        for first, role, count in m[3].unknown_roles(lists[i])
+    ]
+    warnings += [
         (i, index, code, cid)
         for i, m in enumerate(measures) if m[3] is not None and m[3].tool_traffic
         for index, code, cid in m[3].pairing(lists[i])
@@ -1685,9 +1749,11 @@ SCAN_DEPTH = 64
 SCAN_NUMBER = 63
 SCAN_KEYS = 64
 # handled, triggered, reached, chars before/after, messages before/after, messages removed,
-# groups removed, orphan results, unanswered calls, reduced (chars or messages went down), and
-# one per missed reason (MISSED_REASONS: 1 for the line's, if it missed its target)
-SCAN_FIGURES = 12 + len(MISSED_REASONS)
+# groups removed, orphan results, unanswered calls, reduced (chars or messages went down), one
+# per missed reason (MISSED_REASONS: 1 for the line's, if it missed its target), and the
+# unknown-role warnings (at SCAN_UNKNOWN_ROLES)
+SCAN_UNKNOWN_ROLES = 12 + len(MISSED_REASONS)
+SCAN_FIGURES = SCAN_UNKNOWN_ROLES + 1
 _SCAN_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCAN_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _SCAN_DIGITS = re.compile(rb"[0-9]{19}")
@@ -1857,7 +1923,7 @@ def _scan_line(b: bytes) -> tuple[int, int, list[tuple[int, int]], Any]:
     return messages[1], messages[2], [(m[1], m[2]) for m in messages[3]], values.get(b"id")
 
 
-def _line_steps(steps: Any, with_history: bool) -> tuple[tuple[str, int, int, int], ...]:
+def _line_steps(steps: Any) -> tuple[tuple[str, int, int, int], ...]:
     """The trims of :func:`reduce_lines`, checked before any line is read."""
     steps = _c_tuple(steps, "steps")
     if steps is None:
@@ -1873,8 +1939,6 @@ def _line_steps(steps: Any, with_history: bool) -> tuple[tuple[str, int, int, in
         if keep < 0 or target < 0:
             raise ValueError("keep_groups and target_chars must be >= 0")
         checked.append((fid, grouping, keep, target))
-    if checked and not with_history:
-        raise ValueError("trims of the history need with_history")
     return tuple(checked)
 
 
@@ -1906,7 +1970,7 @@ def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], 
 
 def reduce_lines(
     data: Any, starts: Any, stops: Any, steps: tuple[tuple[str, int, int, int], ...],
-    trigger_chars: int, watermark_chars: int, with_history: bool = False, raw: bool = False,
+    trigger_chars: int, watermark_chars: int, raw: bool = False,
 ) -> tuple[bytearray, Int64Array, Int64Array, list[Any] | None]:
     """:func:`reduce_transcript` of the transcript lines ``data[starts[i]:stops[i]]``, read and
     written as bytes.
@@ -1916,18 +1980,19 @@ def reduce_lines(
     line of the object path adds nothing); per line ``SCAN_FIGURES`` figures (all zero for a
     line of the object path): handled, triggered, target reached, chars before and after,
     messages before and after, messages removed, groups removed, orphan results, unanswered
-    calls, reduced (chars or messages went down), and one for each of ``MISSED_REASONS`` (1 for
-    the reason of a line that missed its target); with ``raw``, per line ``None`` (the object
-    path) or ``(records, id span)``: the records of :func:`reduce_transcript` (each changed
-    fragment's kept list as ``True``, the input as ``None``) and where the line's ``id`` value
-    lies in ``data``.
+    calls, reduced (chars or messages went down), one for each of ``MISSED_REASONS`` (1 for
+    the reason of a line that missed its target), and the unknown-role warnings; with ``raw``,
+    per line ``None`` (the object path) or ``(records, id span)``: the records of
+    :func:`reduce_transcript` (each changed fragment's kept list as ``True``, the input as
+    ``None``) and where the line's ``id`` value lies in ``data``.
 
     The kept messages are copied byte for byte, and so is everything around the ``messages``
     array, without the whitespace around the line; a line that loses no message is copied
-    whole. ``steps`` may trim only the history (``with_history`` set)."""
+    whole. ``steps`` may trim only the history (a line without one skips them:
+    ``fragment-absent``)."""
     trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
-    with_history, raw = bool(with_history), bool(raw)
-    steps = _line_steps(steps, with_history)
+    raw = bool(raw)
+    steps = _line_steps(steps)
     b, lo_list, hi_list = _line_bounds(data, starts, stops)
     n = len(lo_list)
     out = bytearray()
@@ -1936,7 +2001,7 @@ def reduce_lines(
     raws: list[Any] | None = [] if raw else None
     for k in range(n):
         lo, hi = lo_list[k], hi_list[k]
-        record = _reduce_line(b[lo:hi], steps, trigger_chars, watermark_chars, with_history)
+        record = _reduce_line(b[lo:hi], steps, trigger_chars, watermark_chars)
         if record is None:
             ends[k] = len(out)
             if raws is not None:
@@ -1954,7 +2019,6 @@ def reduce_lines(
 
 def _reduce_line(
     b: bytes, steps: tuple[Any, ...], trigger_chars: int, watermark_chars: int,
-    with_history: bool,
 ) -> tuple[bytes, tuple[Any, ...], Any, list[int]] | None:
     try:
         doc = orjson.loads(b)
@@ -1962,7 +2026,7 @@ def _reduce_line(
     except (orjson.JSONDecodeError, _Fallback):
         return None
     messages = doc["messages"]
-    records = reduce_transcript(messages, steps, trigger_chars, watermark_chars, with_history)
+    records = reduce_transcript(messages, steps, trigger_chars, watermark_chars)
     fired, before, after, kept, done, warnings, _, ids, totals = records
     # where the transcript was split, from the fragments' sizes
     head = before[0][1] if ids[:1] == ["system"] else 0
@@ -1985,6 +2049,7 @@ def _reduce_line(
            int(totals[3] < totals[0] or totals[4] < totals[1])]
     missed = _missed(records, steps, watermark_chars)
     row += [int(missed == code) for code in range(1, len(MISSED_REASONS) + 1)]
+    row.append(codes.count("unknown-role"))
     records = (fired, before, after, [None if k is None else True for k in kept], done,
                warnings, None, ids, totals)
     return line, records, id_node, row
@@ -2010,9 +2075,9 @@ def _missed(records: tuple[Any, ...], steps: tuple[Any, ...], watermark_chars: i
 # tuple of bytes with a slot code between each two: the bytes are written as they are, each
 # slot as the line's value of it. ``steps`` writes the array of the steps' programs, ``fragments``
 # the array of the programs of the fragments the line has. A line gets no entry (its records
-# instead) when it has pairing warnings or an ``id`` whose JSON is not written back as it is read:
-# only a string without escapes, ``null``, ``true``, ``false`` and an integer of at most 18 digits
-# (not ``-0``) are.
+# instead) when it has warnings (pairing, unknown roles) or an ``id`` whose JSON is not written
+# back as it is read: only a string without escapes, ``null``, ``true``, ``false`` and an
+# integer of at most 18 digits (not ``-0``) are.
 
 ENTRY_SLOTS = (
     # the entry (head)
@@ -2121,7 +2186,7 @@ def _entry(template: tuple[Any, ...], records: tuple[Any, ...], ident: bytes | N
 
 def report_lines(
     data: Any, starts: Any, stops: Any, steps: tuple[tuple[str, int, int, int], ...],
-    trigger_chars: int, watermark_chars: int, with_history: bool, template: Any,
+    trigger_chars: int, watermark_chars: int, template: Any,
 ) -> tuple[bytearray, Int64Array, Int64Array, bytearray, Int64Array, list[Any]]:
     """:func:`reduce_lines`, and each line's report entry from ``template`` (see above).
 
@@ -2131,11 +2196,10 @@ def report_lines(
     nothing); ``raws[i]`` the records and id span of ``reduce_lines(..., raw=True)`` for a line
     of the byte path without an entry, ``None`` for every other line."""
     trigger_chars, watermark_chars = _c_int(trigger_chars), _c_int(watermark_chars)
-    with_history = bool(with_history)
-    trims = _line_steps(steps, with_history)
+    trims = _line_steps(steps)
     checked = _entry_template(template, len(trims))
     out, ends, figures, raws = reduce_lines(data, starts, stops, steps, trigger_chars,
-                                            watermark_chars, with_history, True)
+                                            watermark_chars, True)
     b = _flat_bytes(data)
     entries = bytearray()
     entry_ends = np.zeros(len(ends), dtype=np.int64)

@@ -44,11 +44,14 @@ FLAG_OPENS_TURN: Final = 1  # a user message that is not a tool-result carrier
 FLAG_TOOL_RESULT: Final = 2  # role "tool"/"function", or a user message of tool_result blocks
 FLAG_TOOL_CALLS: Final = 4  # carries tool_calls entries or tool_use blocks
 FLAG_GLUES_NEXT: Final = 8  # a reasoning item: no group boundary between it and the next item
+# A chat message whose role is none of ROLE_CODES (a Responses item that is no message is not).
+FLAG_UNKNOWN_ROLE: Final = 16
 FLAGS: Final[dict[str, int]] = {
     "opens_turn": FLAG_OPENS_TURN,
     "tool_result": FLAG_TOOL_RESULT,
     "tool_calls": FLAG_TOOL_CALLS,
     "glues_next": FLAG_GLUES_NEXT,
+    "unknown_role": FLAG_UNKNOWN_ROLE,
 }
 
 # Content part types, by what the kernel does with them; any other type (an image, a

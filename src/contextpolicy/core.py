@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from . import _kernel
 from ._build import built
+from ._unknown_roles import unknown_role_message
 from .accounting import (
     FragmentMeasure,
     TokenCounter,
@@ -46,7 +47,7 @@ from .implementations.base import (
     PolicyContext,
     PolicyOutcome,
 )
-from .plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan, changed_fields
+from .plan import HISTORY, PROTECTED_KINDS, ContextPlan, Fragment, as_plan, changed_fields
 from .policy import AuditPolicy, ReducePolicy, TypedPolicy
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 from .policy.watermark import missed_reason, targets_met
@@ -393,21 +394,24 @@ class _Run:
         checked: list[StepReport] = []
         last_after: dict[str, tuple[int | None, int | None]] = {}
         for i, step in enumerate(steps):
-            if step.fragment_id not in was:
+            # A skipped step may name the history a plan does not hold (a transcript's first
+            # turn has none).
+            if step.fragment_id not in was and (step.status != "skipped"
+                                                or step.fragment_id != HISTORY):
                 raise ContextContractError(
                     f"step {step.id!r} names fragment {step.fragment_id!r}, which is not in the "
                     "plan"
                 )
-            old, m_old = was[step.fragment_id]
-            new, m_new = now.get(step.fragment_id, (None, None))
-            later = [s for s in steps[i + 1:] if s.fragment_id == step.fragment_id
-                     and s.status != "skipped"]
             fix: dict[str, Any] = {}
             if step.status == "skipped":
                 fix = {k: None for k in ("chars_before", "chars_after", "tokens_before",
                                          "tokens_after", "groups_before", "groups_after")}
                 fix["messages_removed"] = 0
             else:
+                old, m_old = was[step.fragment_id]
+                new, m_new = now.get(step.fragment_id, (None, None))
+                later = [s for s in steps[i + 1:] if s.fragment_id == step.fragment_id
+                         and s.status != "skipped"]
                 first = step.fragment_id not in last_after
                 b_chars, b_tokens = (m_old.chars, m_old.tokens) if first else (
                     last_after[step.fragment_id]
@@ -542,7 +546,13 @@ class _Run:
                 a.chars if a else None, m.tokens, a.tokens if a else None, m.messages,
                 a.messages if a else None, new is not f,
             ))
+        # Roles the accounting does not know first (they explain what a trim could not do), then
+        # the tool pairing, then what the core replaced.
         found: list[PlanWarning] = []
+        for f, m in zip(news, measures_after, strict=True):
+            if f.messages is not None and m.kernel is not None and m.kernel.unknown_role:
+                for index, role, count in m.kernel.unknown_roles(f.messages):
+                    found.append(_unknown_role_warning(f.id, index, role, count))
         for f, m in zip(news, measures_after, strict=True):
             if f.messages is None or not m.has_tool_traffic:
                 continue
@@ -586,6 +596,21 @@ def _pairing_warning(fid: str, index: int, code: str, cid: str | None) -> PlanWa
         "code": code, "fragment_id": fid, "index": index, "tool_call_id": cid,
         "message": _PAIRING_MESSAGES[code].format(id=repr(cid) if cid else "(no id)"),
     })
+
+
+def _unknown_role_warning(fid: str, index: int, role: str, count: int) -> PlanWarning:
+    return built(PlanWarning, {
+        "code": "unknown-role", "fragment_id": fid, "index": index, "tool_call_id": None,
+        "message": unknown_role_message(role, index, count),
+    })
+
+
+def _kernel_warning(fid: str, index: int, code: str, detail: Any) -> PlanWarning:
+    """A warning of the kernel's records: ``detail`` is ``(role, messages)`` for an
+    ``unknown-role``, the tool call id for a pairing warning."""
+    if code == "unknown-role":
+        return _unknown_role_warning(fid, index, *detail)
+    return _pairing_warning(fid, index, code, detail)
 
 
 def _watermarks(policy: TypedPolicy, after: Totals) -> tuple[Any, Any, bool | None]:
@@ -648,7 +673,8 @@ def fused_report(
         mode=policy.mode, kernel=_kernel.IMPLEMENTATION, implementation="default",
         triggered=fired, trigger=trigger, target=target, before=before_t, after=after_t,
         target_reached=target_reached, steps=steps, fragments=records,
-        warnings=[_pairing_warning(ids[i], index, code, cid) for i, index, code, cid in found],
+        warnings=[_kernel_warning(ids[i], index, code, detail)
+                  for i, index, code, detail in found],
         audit=None, missed_reason=fused_missed_reason(prepared, raw),
     )
 
@@ -693,8 +719,8 @@ def fused_report_json(
             for fid, (kind, protected), b, a, k in zip(ids, kinds, before, after, kept,
                                                        strict=True)
         ],
-        "warnings": [flat_json(_pairing_warning(ids[i], index, code, cid))
-                     for i, index, code, cid in found],
+        "warnings": [flat_json(_kernel_warning(ids[i], index, code, detail))
+                     for i, index, code, detail in found],
         "audit": None,
         "counter": None,
     }

@@ -41,6 +41,10 @@ FragmentKind = Literal[
 ]
 PROTECTED_KINDS: frozenset[str] = frozenset({"system", "question", "authorization", "evidence"})
 REDUCIBLE_KINDS: frozenset[str] = frozenset({"history", "memory", "document", "note"})
+# The one reducible fragment ContextPlan.from_messages may leave out (a transcript's first turn
+# has none): a reduce step may name it on a plan without it, and is then skipped
+# (``fragment-absent``).
+HISTORY = "history"
 
 
 def _keep_list(value: Any) -> list[Any]:
@@ -198,7 +202,8 @@ class ContextPlan(BaseModel):
 
         Leading ``system``/``developer`` messages become fragment ``system``; a final ``user``
         message that is not a tool-result carrier becomes ``question``; everything between is
-        ``history``. Missing parts are simply absent. The message dicts are not copied.
+        ``history``. Missing parts are simply absent (a reduce step on the absent history is
+        skipped, ``fragment-absent``). The message dicts are not copied.
         """
         if not isinstance(messages, list):
             if isinstance(messages, (str, bytes, Mapping)) or not isinstance(messages, Iterable):
@@ -292,15 +297,6 @@ def _plan_issue(error: Mapping[str, Any], data: Any) -> Issue:
     elif etype == "literal_error" and loc and loc[-1] == "kind":
         code = "unknown-kind"
     return Issue(".".join(parts), message, code)
-
-
-def with_empty_history(plan: ContextPlan) -> ContextPlan:
-    """``plan`` with an empty ``history`` fragment after its ``system`` one (or first): what a
-    transcript without a history is reduced as when a policy names the history."""
-    fragments = list(plan.fragments)
-    at = 1 if fragments and fragments[0].id == "system" else 0
-    fragments.insert(at, Fragment(id="history", kind="history", messages=[]))
-    return ContextPlan(fragments=fragments)
 
 
 def as_plan(plan: ContextPlan | Mapping[str, Any]) -> ContextPlan:

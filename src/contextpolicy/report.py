@@ -88,8 +88,10 @@ class StepReport(_Report):
 
     applied: ``trimmed``, ``keep-groups-floor`` (the floor kept the fragment above its target),
     ``compressed``; unchanged: ``within-target``, ``keep-groups-floor``, ``nothing-to-compress``;
-    skipped: ``not-triggered``, ``target-reached``; failed: ``handler-error``, ``wrong-shape``,
-    ``invalid-output``, ``not-smaller``.
+    skipped: ``not-triggered``, ``target-reached``, ``fragment-absent`` (the step names the
+    history and the plan has none: ``ContextPlan.from_messages`` leaves it out of a first turn),
+    ``fragment-empty`` (the step's messages fragment holds no message); failed:
+    ``handler-error``, ``wrong-shape``, ``invalid-output``, ``not-smaller``.
     """
 
     id: str
@@ -129,6 +131,10 @@ class PlanWarning(_Report):
 
     ``orphan-tool-result``: a tool result no earlier call in its fragment made.
     ``unanswered-tool-call``: a tool call without a later result.
+    ``unknown-role``: messages whose role the accounting does not know (``human``, ``ai``, ...);
+    roles are never rewritten, and a turn opens only on ``user``. One warning per role and
+    fragment, at its first message; the message names the role, how many messages carry it,
+    the roles known and what to map it to.
     ``figure-replaced``: a custom implementation claimed a figure (``triggered``, a step's
     chars, an audit's violations) that the core's measurement contradicts; the report holds the
     measurement, and the message names both.

@@ -28,6 +28,7 @@ from .._tables import (
     FLAG_TOOL_RESULT,
     MISSED_REASONS,
     ROLE_FUNCTION,
+    ROLE_OTHER,
     ROLE_TOOL,
     ROLE_USER,
     TEXT_PART_TYPES,
@@ -37,7 +38,7 @@ from .._tables import (
 )
 from ..core import fused_missed_reason, process_context
 from ..errors import ContextPlanError, ContextPolicyError, Issue
-from ..plan import ContextPlan, with_empty_history
+from ..plan import ContextPlan
 from ..policy import ReducePolicy
 from ..prepared import PreparedPolicy, prepare_policy
 
@@ -53,7 +54,7 @@ FIGURE_COLUMNS = (
 )
 FAST, OBJECT = "columnar", "object"
 _FRAGMENTS = ("system", "history", "question")
-_WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call")
+_WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call")  # reduce_rows' codes
 
 
 class Reduced(NamedTuple):
@@ -110,7 +111,6 @@ class _Run:
         self.implementations = implementations
         self.reduces = type(prepared.policy) is ReducePolicy
         self.counted = prepared.counter is not None
-        self.needs_history = any(ref.name == "history" for ref in prepared._refs)
         # One kernel call for all rows when the policy is one the kernel runs (validate, or
         # trims by chars) and it names no fragment but the history.
         fused = prepared._fused
@@ -362,6 +362,7 @@ class _Measured:
         if values.null_count:
             self.slow |= _rows_of(_nulls(values), offs)
         role = _field(values, "role")
+        self.role_strings: Any = None
         if role is None or not _text_type(role.type):
             # No row can be measured here: the object path says what is wrong with each.
             self.slow[:] = True
@@ -370,7 +371,7 @@ class _Measured:
             self.flags = np.zeros(m, dtype=np.uint8)
             self.call_offsets = self.result_offsets = np.zeros(m + 1, dtype=np.int64)
             return
-        role = _strings(role)
+        role = self.role_strings = _strings(role)
         if role.null_count:
             self.slow |= _rows_of(_nulls(role), offs)
         data, roffs = _buffers(role)
@@ -756,8 +757,6 @@ def _object_row(run: _Run, messages: Any, column: str, row: int) -> _ObjectRow:
         if run.fused is not None:
             return _fused_row(run, messages)
         plan = ContextPlan.from_messages(messages)
-        if run.needs_history and not any(f.id == "history" for f in plan.fragments):
-            plan = with_empty_history(plan)
         result = process_context(plan, run.prepared, implementations=run.implementations)
     except ContextPlanError as exc:
         raise _row_error(exc, column, row) from None
@@ -774,14 +773,15 @@ def _object_row(run: _Run, messages: Any, column: str, row: int) -> _ObjectRow:
 def _fused_row(run: _Run, messages: list[Any]) -> _ObjectRow:
     prepared = run.prepared
     assert run.fused is not None
-    raw = _kernel.reduce_transcript(messages, run.fused, prepared._trigger, prepared._watermark,
-                                    run.needs_history)
+    raw = _kernel.reduce_transcript(messages, run.fused, prepared._trigger, prepared._watermark)
     totals = raw[8]
     figures = (totals[0], totals[3], totals[1], totals[4], totals[7], raw[0],
                bool(totals[8]) if run.reduces else None, None, None,
                fused_missed_reason(prepared, raw))
     ids = raw[7]
-    warnings = [(code, ids[f], index, cid) for f, index, code, cid in raw[5]]
+    # (the detail of an unknown-role is its role and count, which the figures leave out)
+    warnings = [(code, ids[f], index, None if code == "unknown-role" else detail)
+                for f, index, code, detail in raw[5]]
     return _ObjectRow(_kept(messages, raw[6]), figures, warnings)
 
 
@@ -1020,6 +1020,39 @@ def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
                                  children=[values])
 
 
+def _unknown_roles(measured: _Measured, fast: Any, offs: Any, head: Any, cut: Any,
+                   tail: Any) -> tuple[Any, Any, Any] | None:
+    """The ``unknown-role`` warnings of the rows reduced here, as arrays ``(row, fragment,
+    index)``: per row and fragment of the result (system before ``head``, the kept history
+    from ``cut``, the question from ``tail``), one per role the accounting does not know, at
+    its first message, in order. Roles are told apart by their bytes (dictionary codes): the
+    figures name no role, so none is decoded."""
+    at = np.flatnonzero(measured.roles == ROLE_OTHER)
+    if not len(at):
+        return None
+    row = np.searchsorted(offs, at, side="right") - 1
+    at, row = at[fast[row]], row[fast[row]]
+    h, c, t = head[row], cut[row], tail[row]
+    kept = (at < h) | (at >= c)  # messages head..cut were trimmed
+    at, row, h, c, t = at[kept], row[kept], h[kept], c[kept], t[kept]
+    if not len(at):
+        return None
+    frag = np.where(at < h, 0, np.where(at < t, 1, 2))
+    start = np.where(frag == 0, offs[:-1][row], np.where(frag == 1, c, t))
+    import pyarrow.compute as pc
+
+    role = pc.dictionary_encode(measured.role_strings.take(_pa().array(at)))
+    code = np.asarray(role.indices, dtype=np.int64)
+    # each (row, fragment, role) at its first message, in order of rows, fragments, messages
+    order = np.lexsort((at, code, frag, row))
+    row, frag, code, at, start = row[order], frag[order], code[order], at[order], start[order]
+    first = np.flatnonzero(np.concatenate([[True], (row[1:] != row[:-1]) | (
+        frag[1:] != frag[:-1]) | (code[1:] != code[:-1])]))
+    order = np.lexsort((at[first], frag[first], row[first]))
+    first = first[order]
+    return row[first], frag[first], at[first] - start[first]
+
+
 class _Chunk:
     """One chunk of the column, reduced."""
 
@@ -1060,7 +1093,7 @@ class _Chunk:
         if measured is not None:
             prepared = run.prepared
             assert run.steps is not None
-            head, cut, _tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
+            head, cut, tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
                 offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
                 measured.call_codes, measured.result_offsets, measured.result_codes,
                 measured.ncodes, run.steps,
@@ -1100,6 +1133,15 @@ class _Chunk:
                 else:
                     reached_null[fast] = True
                 changed = bool(np.any(cut[fast] != head[fast]))
+            unknown = _unknown_roles(measured, fast, offs, head, cut, tail)
+            if unknown is not None:  # before the pairing warnings, as a report has them
+                u_row, u_frag, u_index = unknown
+                w_rows.append(u_row)
+                w_cols[0].append(pa.repeat(pa.scalar("unknown-role", type=pa.string()),
+                                           len(u_row)))
+                w_cols[1].append(pa.array(_FRAGMENTS, type=pa.string()).take(pa.array(u_frag)))
+                w_cols[2].append(pa.array(u_index, type=pa.int64()))
+                w_cols[3].append(pa.nulls(len(u_row), type=pa.string()))
             w_row, w_frag, w_index, w_code, w_id = warn
             if len(w_row):
                 w_rows.append(w_row)
@@ -1267,8 +1309,8 @@ def reduce_table(
     ``warnings`` (code, fragment_id, index, tool_call_id), ``path`` (``columnar`` or
     ``object``), and
     ``tokens_before``, ``tokens_after`` when a counter is given). A row means exactly what
-    ``process_context(ContextPlan.from_messages(row), policy)`` means; when the policy names
-    the history and a row has none, the row's history is empty (as on the command line).
+    ``process_context(ContextPlan.from_messages(row), policy)`` means (a row without a history
+    skips the steps on it, as ``process_context`` does).
 
     ``threads``: how many pieces of a table's rows are reduced side by side (default: the
     CPUs this process may use; a piece holds about as many messages as the others, at least

@@ -1,7 +1,10 @@
 """The default ``reduce`` implementation: steps in sequence once a watermark triggers.
 
 Before each step the watermark is checked; once every configured target is met, the remaining
-steps are skipped (``target-reached``). A ``trim`` keeps the longest suffix of whole groups that
+steps are skipped (``target-reached``). A step on a fragment that holds no message is skipped
+(``fragment-empty``), and so is one on the history a plan does not hold (``fragment-absent``:
+``ContextPlan.from_messages`` leaves it out of a first turn; the policy check lets no other
+fragment be missing). A ``trim`` keeps the longest suffix of whole groups that
 fits the step's ``targetChars``, but never fewer than ``keepGroups`` groups. A ``compress``
 hands content to a registered handler and keeps the result only if it has the same shape and is
 smaller; otherwise the step fails, the fragment stays as it was, and the sequence goes on (or
@@ -44,8 +47,17 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
                  trigger={"chars": policy.trigger_chars, "tokens": policy.trigger_tokens})
     steps: list[StepReport] = []
     for step in policy.steps:
-        if not fired or targets_met(policy, chars, tokens):
-            reason = "not-triggered" if not fired else "target-reached"
+        i = position.get(step.fragment_id)
+        reason = None
+        if not fired:
+            reason = "not-triggered"
+        elif targets_met(policy, chars, tokens):
+            reason = "target-reached"
+        elif i is None:
+            reason = "fragment-absent"
+        elif fragments[i].messages is not None and measures[i].messages == 0:
+            reason = "fragment-empty"
+        if reason is not None:
             report = built(StepReport, dict(
                 id=step.id, kind=step.kind, fragment_id=step.fragment_id, status="skipped",
                 reason=reason, target_chars=step.target_chars,
@@ -56,7 +68,7 @@ def reduce(ctx: PolicyContext) -> Generator[HandlerCall, HandlerReply, PolicyOut
                 ctx.emit("step.skipped", step=report)
             continue
         ctx.check_cancel()
-        i = position[step.fragment_id]
+        assert i is not None
         fragment, before = fragments[i], measures[i]
         if ctx.listening:
             ctx.emit("step.started", stepId=step.id, kind=step.kind, fragmentId=step.fragment_id,

@@ -35,7 +35,7 @@ from .. import _kernel
 from .._tables import MISSED_REASONS
 from ..core import fused_missed_reason, fused_report_json, process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
-from ..plan import PROTECTED_KINDS, ContextPlan, as_plan, with_empty_history
+from ..plan import PROTECTED_KINDS, ContextPlan, as_plan
 from ..policy import ReducePolicy, validate_context_policy
 from ..prepared import PreparedPolicy
 from ..report import ContextReport
@@ -114,10 +114,12 @@ class Figures(NamedTuple):
     missed: list[str] | dict[str, int]  # a line's missedReason, if it has one
 
 
-WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call")  # _kernel.reduce_lines' order
-# _kernel.reduce_lines' figures: where "reduced" and the missed reasons (MISSED_REASONS) are.
+# _kernel.reduce_lines' figures: where "reduced", the missed reasons (MISSED_REASONS) and the
+# warnings of each code are.
 REDUCED_FIGURE = 11
 MISSED_FIGURES = slice(12, 12 + len(MISSED_REASONS))
+WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call", "unknown-role")
+WARNING_FIGURES = (9, 10, 12 + len(MISSED_REASONS))
 
 
 @dataclass(slots=True)
@@ -496,12 +498,6 @@ class _Worker:
         # batch has been checked (a line handed over alone is checked by itself).
         self._exact: set[int] = set()
         self._checked = False
-        # A transcript too short to have a history still goes through a policy that trims one:
-        # its history is empty, and nothing is there to trim.
-        doc = self.policy.to_json_dict()
-        self.needs_history = "history" in (
-            [s.get("fragmentId") for s in doc.get("steps", [])] + doc.get("mutableFragmentIds", [])
-        )
         # A transcript in one kernel call (_kernel.reduce_transcript) when the policy is one the
         # kernel runs and names no fragment but the history, which may change and holds messages.
         prepared = self.prepared
@@ -551,8 +547,6 @@ class _Worker:
             if self.fused is not None and type(messages) is list:
                 return self._fused(number, doc, messages, self.fused)
             plan = ContextPlan.from_messages(messages)
-            if self.needs_history and not any(f.id == "history" for f in plan.fragments):
-                plan = with_empty_history(plan)
             transcript = True
         else:
             keys = ", ".join(sorted(map(str, doc))) or "none"
@@ -591,8 +585,7 @@ class _Worker:
         steps: tuple[tuple[str, int, int, int], ...],
     ) -> LineResult:
         prepared = self.prepared
-        raw = _kernel.reduce_transcript(messages, steps, prepared._trigger, prepared._watermark,
-                                        self.needs_history)
+        raw = _kernel.reduce_transcript(messages, steps, prepared._trigger, prepared._watermark)
         out = dict(doc)
         out["messages"] = raw[6]
         # A validate reaches no target (report.targetReached is null).
@@ -722,13 +715,13 @@ class _Worker:
             if template is not None:
                 out, ends, figures, written, entry_ends, raws = _kernel.report_lines(
                     data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
-                    prepared._watermark, self.needs_history, template)
+                    prepared._watermark, template)
                 entries, entry_at = bytes(written), [0, *entry_ends.tolist()]
                 del written
             else:
                 out, ends, figures, raws = _kernel.reduce_lines(
                     data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
-                    prepared._watermark, self.needs_history, per_line or with_reports)
+                    prepared._watermark, per_line or with_reports)
             handled = figures[:, 0].tolist()
             offsets = [0, *ends.tolist()]
             if not per_line and not with_reports and all(handled):
@@ -772,7 +765,8 @@ class _Worker:
 
     def _run(self, number: int, output: bytes | bytearray, sums: list[int], count: int,
              ) -> LineResult:
-        warnings = {code: n for code, n in zip(WARNING_CODES, sums[9:11], strict=True) if n}
+        warnings = {code: sums[i] for code, i in zip(WARNING_CODES, WARNING_FIGURES, strict=True)
+                    if sums[i]}
         missed = {reason: n for reason, n in zip(MISSED_REASONS, sums[MISSED_FIGURES],
                                                  strict=True) if n}
         figures = Figures(sums[1], sums[2] if self.reduces else 0, sums[3], sums[4], sums[5],

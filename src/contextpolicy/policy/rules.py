@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ContextPolicyError, Issue
-from ..plan import PROTECTED_KINDS, Fragment
+from ..plan import HISTORY, PROTECTED_KINDS, Fragment
 
 __all__ = [
     "FragmentRef",
@@ -100,9 +100,9 @@ class FragmentRef:
 class Reference:
     """One place in a policy that names a fragment or a handler.
 
-    ``what``: ``fragment`` (a step's fragment or a mutable id), ``trim`` (a fragment a trim
-    cuts: it must hold messages), ``keep-groups`` (a compress step's ``keepGroups``: its fragment
-    must hold messages) or ``handler``."""
+    ``what``: ``fragment`` (a compress step's fragment), ``trim`` (a fragment a trim cuts: it
+    must hold messages), ``keep-groups`` (a compress step's ``keepGroups``: its fragment must
+    hold messages), ``mutable`` (an audit's mutable id) or ``handler``."""
 
     path: str
     what: str
@@ -142,7 +142,9 @@ def reference_issues(
     handlers: Iterable[str] | None,
 ) -> list[Issue]:
     """Every reference names a fragment of the plan that may change (and holds messages where
-    the step needs them) or a registered handler. ``None``: not known, not checked."""
+    the step needs them) or a registered handler. ``None``: not known, not checked. A step may
+    name the history on a plan without one (``ContextPlan.from_messages`` leaves it out of a
+    first turn): the step is skipped (``fragment-absent``)."""
     issues: list[Issue] = []
     known = ", ".join(sorted(fragments)) if fragments else ""
     registered = set(handlers) if handlers is not None else None
@@ -159,6 +161,8 @@ def reference_issues(
             continue
         fragment = fragments.get(ref.name)
         if fragment is None:
+            if ref.what in ("trim", "fragment") and ref.name == HISTORY:
+                continue
             if ref.what != "keep-groups":  # its fragmentId already says so
                 issues.append(Issue(
                     ref.path,

@@ -198,7 +198,7 @@ def references(policy: Mapping[str, Any] | TypedPolicy) -> list[Reference]:
         return refs
     if isinstance(policy, AuditPolicy):
         return [
-            Reference(f"mutableFragmentIds[{i}]", "fragment", fid)
+            Reference(f"mutableFragmentIds[{i}]", "mutable", fid)
             for i, fid in enumerate(policy.mutable_fragment_ids)
         ]
     if not isinstance(policy, Mapping):
@@ -221,7 +221,7 @@ def references(policy: Mapping[str, Any] | TypedPolicy) -> list[Reference]:
     elif mode == "audit" and isinstance(_get(policy, "mutableFragmentIds"), list):
         for i, fid in enumerate(_get(policy, "mutableFragmentIds")):
             if isinstance(fid, str) and fid:
-                refs.append(Reference(f"mutableFragmentIds[{i}]", "fragment", fid))
+                refs.append(Reference(f"mutableFragmentIds[{i}]", "mutable", fid))
     return refs
 
 
