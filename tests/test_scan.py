@@ -33,6 +33,7 @@ from hypothesis import strategies as st
 from contextpolicy import _kernel_py
 from contextpolicy._tables import MISSED_REASONS, TEXT_PART_TYPES
 from contextpolicy.jsonl import runner
+from contextpolicy.jsonl.diagnose import json_problem
 from contextpolicy.jsonl.files import InputFile
 from contextpolicy.synthetic import corpus
 
@@ -1704,7 +1705,8 @@ def test_the_runner_gives_orjson_errors():
         try:
             orjson.loads(line)
         except orjson.JSONDecodeError as exc:
-            assert result.error == f"invalid JSON ({exc})"
+            problem = json_problem(line, exc, jsonl=True)
+            assert (result.error, result.column) == (problem.message, problem.column)
         else:
             assert result.error is not None
         assert result.scanned == 0
@@ -1737,7 +1739,8 @@ def test_the_runner_on_a_number_beyond_a_double():
     # As above: the runner's byte path let the SystemError out of process_lines.
     lines = [b'{"id":1,"messages":[]}', b'{"messages":[],"x":1e400}']
     results = run_lines(lines, SEED_POLICY, True)
-    with pytest.raises(orjson.JSONDecodeError) as info:
+    with pytest.raises(orjson.JSONDecodeError):
         orjson.loads(lines[1])
-    assert results[1].error == f"invalid JSON ({info.value})"
+    assert results[1].error.startswith("invalid JSON: number is infinity when parsed as double")
+    assert results[1].column == lines[1].index(b"1e400") + 1  # the byte where the number starts
     compare_runner(lines, SEED_POLICY)

@@ -303,9 +303,21 @@ def as_plan(plan: ContextPlan | Mapping[str, Any]) -> ContextPlan:
     """A :class:`ContextPlan` from a plan or its JSON-shaped dict; never mutates the input."""
     if isinstance(plan, ContextPlan):
         return plan
+    if isinstance(plan, (list, tuple)):
+        raise ContextPlanError(
+            f"expected a ContextPlan or a mapping, got a {type(plan).__name__}: for a chat "
+            "transcript (a list of messages), make the plan with "
+            "ContextPlan.from_messages(messages)", code="invalid-plan",
+        )
     if not isinstance(plan, Mapping):
         raise ContextPlanError(
             f"expected a ContextPlan or a mapping, got {type(plan).__name__}", code="invalid-plan"
+        )
+    if "messages" in plan and "fragments" not in plan:
+        raise ContextPlanError(
+            'expected a plan {"fragments": [...]}, got a transcript {"messages": [...]}: make '
+            'the plan with ContextPlan.from_messages(transcript["messages"])',
+            code="invalid-plan",
         )
     try:
         return ContextPlan.model_validate(dict(plan))

@@ -71,6 +71,7 @@ def _read_input(path: str) -> list[list[dict[str, Any]]]:
     import orjson
 
     from ..errors import ContextPlanError
+    from ..jsonl.diagnose import json_problem, top_level_hint
     from ..jsonl.files import FileError, InputFile
 
     conversations = []
@@ -81,12 +82,13 @@ def _read_input(path: str) -> list[list[dict[str, Any]]]:
                 try:
                     doc = orjson.loads(raw)
                 except orjson.JSONDecodeError as exc:
-                    raise CliError(f"{where}: invalid JSON ({exc})") from None
+                    raise CliError(json_problem(raw, exc, jsonl=True).at(path, number)) from None
                 if not isinstance(doc, dict) or "messages" not in doc:
                     got = (f"an object with keys: {', '.join(sorted(map(str, doc))) or 'none'}"
                            if isinstance(doc, dict) else _JSON_TYPES.get(type(doc), "a value"))
+                    hint = f": {top_level_hint(doc)}" if isinstance(doc, list) else ""
                     raise CliError(f'{where}: expected a transcript {{"id", "messages"}}, '
-                                   f"got {got}")
+                                   f"got {got}{hint}")
                 try:
                     conversations.extend(_timed_histories([doc["messages"]]))
                 except ContextPlanError as exc:

@@ -1,19 +1,19 @@
-"""What every command shares: the error that ends a command with a message, stderr, JSON files,
-the signals that stop a run (cleanly) and the examples shipped in the package."""
+"""What every command shares: the error that ends a command with a message, stderr, the signals
+that stop a run (cleanly) and the examples shipped in the package (the documents the commands
+read are ``documents``'s)."""
 
 from __future__ import annotations
 
 import contextlib
 import os
 import signal
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 from typing import Any
 
-__all__ = ["CliError", "Interrupted", "Signals", "example_path", "load_json", "stderr"]
+__all__ = ["CliError", "Interrupted", "Signals", "example_path", "stderr"]
 
 
 class CliError(Exception):
@@ -28,30 +28,6 @@ def stderr() -> Any:
     from rich.console import Console
 
     return Console(stderr=True, highlight=False, soft_wrap=True)
-
-
-def load_json(path: str, what: str) -> Any:
-    """A JSON document read exactly: integers beyond 64 bits stay integers (where orjson alone
-    would make them floats)."""
-    import orjson
-
-    from ..jsonl.files import loads_exactly  # neither numpy nor the kernel
-
-    try:
-        if path != "-":
-            data = Path(path).read_bytes()
-        elif sys.stdin is None:
-            raise CliError(f"<stdin>: cannot read the {what}: standard input is closed")
-        else:
-            data = sys.stdin.buffer.read()
-    except OSError as exc:
-        raise CliError(f"{path}: cannot read the {what} ({exc.strerror or exc})") from None
-    try:
-        return loads_exactly(data)
-    except orjson.JSONDecodeError as exc:
-        raise CliError(f"{path}: the {what} is not valid JSON ({exc})") from None
-    except ValueError as exc:  # nested too deeply to read its long numbers exactly
-        raise CliError(f"{path}: cannot read the {what}: {exc}") from None
 
 
 def example_path(name: str) -> Path:

@@ -1,10 +1,13 @@
 """The ``contextpolicy`` command line: validate, reduce, audit, schema, bench, examples.
 
-Exit status: 0 success; 1 a policy that does not validate, an audit violation or a worker process
-that failed; 2 bad input or output (a file that cannot be read or written, a line that is not a
-conversation, an invalid policy); 128 + the signal's number when a signal stops the run (130 for
-Ctrl-C, 143 for SIGTERM, 141 when the reader of standard output has gone). Errors are one line
-that names the file (and line) and says what was expected.
+Exit status, the same in every command and however a policy arrives (a file, standard input,
+inline JSON, YAML, the shipped example): 0 success; 1 a policy (or a handlers file) that does not
+validate, an audit violation or a worker process that failed; 2 bad input or output (a file that
+cannot be read or written, a document or line that is not JSON or not UTF-8, a line that is not a
+conversation, a plan that is not valid, a bad argument); 128 + the signal's number when a signal
+stops the run (130 for Ctrl-C, 143 for SIGTERM, 141 when the reader of standard output has gone).
+Errors are one line that names the file (``FILE:LINE:COLUMN`` where a byte is at fault, the
+column counting bytes) and says what was expected.
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ import time
 from typing import Any, NoReturn
 
 from .. import __version__
-from .common import CliError, Signals, example_path, load_json, signal_name, stderr
+from .common import CliError, Interrupted, Signals, example_path, signal_name, stderr
+from .documents import document_name, is_inline, load_json
 
 __all__ = ["main"]
 
@@ -35,9 +39,9 @@ def _load_policy(path: str) -> Any:
     try:
         validate_context_policy(doc)
     except ContextPolicyError as exc:
-        lines = [f"{path}: invalid policy ({len(exc.issues)} problem(s)):"]
+        lines = [f"{document_name(path)}: invalid policy ({len(exc.issues)} problem(s)):"]
         lines += [f"  {issue}" for issue in exc.issues]
-        raise CliError("\n".join(lines)) from None
+        raise CliError("\n".join(lines), code=1) from None
     return doc
 
 
@@ -53,9 +57,21 @@ def _handler_specs(path: str) -> list[Any]:
     try:
         return parse_handlers(load_json(path, "handlers file"))
     except ContextPolicyError as exc:
-        lines = [f"{path}: invalid handlers ({len(exc.issues)} problem(s)):"]
+        lines = [f"{document_name(path)}: invalid handlers ({len(exc.issues)} problem(s)):"]
         lines += [f"  {issue}" for issue in exc.issues]
-        raise CliError("\n".join(lines)) from None
+        raise CliError("\n".join(lines), code=1) from None
+
+
+def _names_history(policy: Any) -> bool:
+    """Whether a policy document (read tolerantly) names the ``history`` fragment."""
+    from ..policy.validation import references
+
+    if not isinstance(policy, dict):
+        return False
+    try:
+        return any(ref.name == "history" for ref in references(policy))
+    except Exception:  # a document too broken to read: validation says what is wrong
+        return False
 
 
 def _named_handlers(policy: Any) -> list[tuple[str, str]]:
@@ -98,7 +114,8 @@ def _handlers(args: argparse.Namespace, policy: Any) -> dict[str, Any] | None:
 
         for spec in _handler_specs(args.handlers):
             if spec.handler_id in handlers:
-                raise CliError(f"{args.handlers}: handler {spec.handler_id!r} is also given by "
+                raise CliError(f"{document_name(args.handlers)}: handler {spec.handler_id!r} "
+                               f"is also given by "
                                f"--handler {spec.handler_id}: give it once")
             handlers[spec.handler_id] = from_spec(spec)
     for path, name in _named_handlers(policy):
@@ -119,16 +136,19 @@ def _handlers(args: argparse.Namespace, policy: Any) -> dict[str, Any] | None:
 def cmd_validate(args: argparse.Namespace) -> int:
     from ..errors import ContextPlanError, ContextPolicyError
     from ..handlers.params import BUILTIN_IDS
-    from ..plan import as_plan
     from ..policy import validate_context_policy
+    from .documents import plan_document
 
     doc = load_json(args.policy, "policy")
+    policy_name = document_name(args.policy)
     fragments: list[Any] = []
     if args.plan:
+        # A transcript is split as reduce splits its lines.
         try:
-            fragments = list(as_plan(load_json(args.plan, "plan")).fragments)
+            fragments = list(plan_document(load_json(args.plan, "plan"),
+                                           needs_history=_names_history(doc)).fragments)
         except ContextPlanError as exc:
-            raise CliError(f"{args.plan}: {exc}") from None
+            raise CliError(f"{document_name(args.plan)}: {exc}") from None
     given = list(args.handler or ())
     handler_issues: list[Any] = []
     if args.handlers is not None:
@@ -146,12 +166,12 @@ def cmd_validate(args: argparse.Namespace) -> int:
     try:
         typed = validate_context_policy(doc, fragments, [*given, *builtin] if given else ())
     except ContextPolicyError as exc:
-        print(f"{args.policy}: invalid ({len(exc.issues)} problem(s))")
+        print(f"{policy_name}: invalid ({len(exc.issues)} problem(s))")
         for issue in exc.issues:
             print(f"  {issue}")
         typed = None
     if handler_issues:
-        print(f"{args.handlers}: invalid ({len(handler_issues)} problem(s))")
+        print(f"{document_name(args.handlers)}: invalid ({len(handler_issues)} problem(s))")
         for issue in handler_issues:
             print(f"  {issue}")
     if typed is None or handler_issues:
@@ -161,13 +181,13 @@ def cmd_validate(args: argparse.Namespace) -> int:
         what += f" ({len(typed.steps)} step{'s' if len(typed.steps) != 1 else ''})"  # type: ignore[union-attr]
     checked = []
     if args.plan:
-        checked.append(f"references checked against {args.plan}")
+        checked.append(f"references checked against {document_name(args.plan)}")
     if given:
         checked.append(f"handlers {', '.join(given)}")
     if builtin:
         checked.append(f"built-in handler{'s' if len(builtin) != 1 else ''} "
                        f"{', '.join(builtin)}")
-    print(f"ok: {args.policy} is {what}" + (f"; {'; '.join(checked)}" if checked else ""))
+    print(f"ok: {policy_name} is {what}" + (f"; {'; '.join(checked)}" if checked else ""))
     return 0
 
 
@@ -337,8 +357,8 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     named = [("-o " + args.output if args.output not in (None, "-") else "standard output", out)]
     if report_out is not None:
         named.append((f"--report {args.report}", report_out))
-    _refuse_overlaps(named, [(f"the input {input_path}", input_path),
-                             (f"the policy {policy_path}", policy_path)])
+    _refuse_overlaps(named, [(f"the input {input_path}", input_path)] + (
+        [] if is_inline(policy_path) else [(f"the policy {policy_path}", policy_path)]))
     outputs += [o for _, o in named]
     if table_input:
         if args.jobs > 1 and not args.quiet:
@@ -372,7 +392,8 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         try:
             for result in results:
                 if result.error is not None:
-                    where = f"{source.name}:{result.line}"
+                    where = f"{source.name}:{result.line}" + (
+                        f":{result.column}" if result.column else "")
                     if args.on_error == "fail":
                         raise CliError(f"{where}: {result.error}")
                     console.print(f"contextpolicy: skipped {where}: {result.error}",
@@ -510,8 +531,10 @@ def cmd_audit(args: argparse.Namespace) -> int:
     from ..plan import as_plan
 
     policy = _load_policy(args.policy)
+    policy_name, plan_name = document_name(args.policy), document_name(args.plan)
     if policy.get("mode") != "audit":
-        raise CliError(f"{args.policy}: expected an audit policy, got mode {policy.get('mode')!r}")
+        raise CliError(f"{policy_name}: expected an audit policy, got mode "
+                       f"{policy.get('mode')!r}")
     try:
         plan = as_plan(load_json(args.plan, "plan"))
         result = process_context(plan, policy)
@@ -519,16 +542,16 @@ def cmd_audit(args: argparse.Namespace) -> int:
     except ContextAuditError as exc:
         report, passed = exc.report, False
     except ContextPlanError as exc:
-        raise CliError(f"{args.plan}: {exc}") from None
-    except ContextPolicyError as exc:
-        raise CliError(f"{args.policy}: {exc}") from None
+        raise CliError(f"{plan_name}: {exc}") from None
+    except ContextPolicyError as exc:  # its references do not fit the plan
+        raise CliError(f"{policy_name}: {exc}", code=1) from None
     assert report.audit is not None
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(report.model_dump(by_alias=True, mode="json"),
                                              option=orjson.OPT_INDENT_2) + b"\n")
         return 0 if passed else 1
     console = Console(highlight=False, soft_wrap=True)
-    table = Table(title=f"audit of {args.plan} (mutable: "
+    table = Table(title=f"audit of {plan_name} (mutable: "
                   f"{', '.join(report.audit.mutable_fragment_ids) or 'none'})",
                   title_justify="left")
     for column in ("fragment", "change", "fields", "chars before", "chars after", "allowed",
@@ -604,13 +627,17 @@ def _parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "validate", help="check a policy (and its references to a plan and handlers)",
         formatter_class=fmt, description="Check a policy file: every problem at once, each "
-        "with its JSON path. Exit 0 when valid, 1 when not, 2 when a file cannot be read.",
+        "with its JSON path. Exit 0 when valid, 1 when not, 2 when a file cannot be read. "
+        "A policy, plan or handlers file may be JSON, YAML (.yaml/.yml, with PyYAML), - for "
+        "standard input, or inline JSON.",
         epilog="example:\n"
         "  contextpolicy validate policy.json --plan plan.json --handler summarise",
     )
-    p.add_argument("policy", metavar="POLICY.json")
+    p.add_argument("policy", metavar="POLICY.json",
+                   help="a file, - for standard input, or inline JSON ('{\"mode\": ...}')")
     p.add_argument("--plan", metavar="PLAN.json",
-                   help="check fragmentId/mutableFragmentIds against this plan's fragments")
+                   help="check fragmentId/mutableFragmentIds against this plan's fragments (a "
+                   'plan {"fragments"}, or a transcript {"messages"} split as reduce splits it)')
     p.add_argument("--handler", action="append", metavar="ID",
                    help="a registered compress handler id (repeatable); the built-in ids "
                    "(clear-tool-results, truncate-messages, summarize) are known without it")
@@ -638,7 +665,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("input", nargs="?", metavar="INPUT",
                    help="JSONL file (.gz too), - for standard input, or a Parquet file with a "
                         "messages column")
-    p.add_argument("--policy", metavar="POLICY.json", help="the policy to apply")
+    p.add_argument("--policy", metavar="POLICY.json",
+                   help="the policy to apply: a file (JSON, or YAML named .yaml/.yml), - for "
+                   "standard input, or inline JSON ('{\"mode\": ...}')")
     p.add_argument("-o", "--output", metavar="OUT",
                    help="write here (default: stdout); a .parquet name writes Parquet")
     p.add_argument("--report", metavar="REPORT.json",
@@ -785,7 +814,14 @@ def main(argv: list[str] | None = None) -> int:
         with args.signals:
             if args.command != "reduce" and sys.stdout is None:
                 raise CliError("standard output is closed: there is nowhere to write the result")
-            code = int(args.func(args))
+            try:
+                code = int(args.func(args))
+            except Exception:
+                if args.signals.received is None:
+                    raise
+                # What the signal broke on its way out (an import it cut short, say): the run
+                # was interrupted, whatever failed after.
+                raise Interrupted(args.signals.received) from None
             failure = _flush_stdout()
             if isinstance(failure, BrokenPipeError):
                 raise failure

@@ -24,6 +24,8 @@ from typing import IO, Any, BinaryIO, NamedTuple, cast
 
 import orjson
 
+from .diagnose import BOM
+
 __all__ = [
     "AtomicOutput", "FileError", "FileRange", "InputFile", "batched_lines", "conflicting_files",
     "dumps", "dumps_exactly", "loads_exactly", "open_range_file", "read_file_range",
@@ -285,6 +287,8 @@ class InputFile:
         self.path = path
         self.position = 0
         self.size: int | None = None
+        # Bytes before the first line: a UTF-8 byte order mark, which the ranges leave out.
+        self.skip = 0
         self._file: tuple[int, int] | None = None
         if path == "-":
             if sys.stdin is None:
@@ -327,6 +331,13 @@ class InputFile:
                 st = os.fstat(self._raw.fileno())
                 self.size = st.st_size
                 self._file = (st.st_dev, st.st_ino)
+                try:
+                    starts_with_bom = self._raw.peek(len(BOM))[:len(BOM)] == BOM  # type: ignore[attr-defined]
+                except OSError as exc:
+                    self._raw.close()
+                    raise FileError(f"{path}: cannot read ({exc.strerror or exc})") from None
+                if starts_with_bom:  # ranges begin after it (lines() drops it as it reads)
+                    self.skip = len(BOM)
 
     def _head(self) -> bytes:
         """The first two bytes of a stream (fewer at its end), however a pipe hands them over."""
@@ -360,12 +371,7 @@ class InputFile:
         """
         number = 0
         pending: list[bytes] = []  # the blocks of a line whose end has not arrived yet
-        # read1 hands over what has arrived (a pipe streams); read waits for a full block.
-        read = getattr(self._stream, "read1", self._stream.read)
-        while True:
-            block = self._read(read)
-            if not block:
-                break
+        for block in self._blocks():
             if block.find(b"\n") < 0:
                 pending.append(block)
                 continue
@@ -388,6 +394,29 @@ class InputFile:
             if not rest.isspace():
                 yield number + 1, rest
 
+    def _blocks(self) -> Iterator[bytes]:
+        """The (decompressed) bytes as they come, without a UTF-8 byte order mark at the start
+        (however few bytes the first reads of a pipe hand over)."""
+        # read1 hands over what has arrived (a pipe streams); read waits for a full block.
+        read = getattr(self._stream, "read1", self._stream.read)
+        head: bytes | None = b""  # the first bytes, until they tell whether there is a BOM
+        while True:
+            block = self._read(read)
+            if head is not None:
+                ended = not block
+                head += block
+                if not ended and len(head) < len(BOM) and BOM.startswith(head):
+                    continue
+                if head.startswith(BOM):
+                    self.position += len(BOM)
+                    head = head[len(BOM):]
+                block, head = head, None
+                if not block and not ended:
+                    continue
+            if not block:
+                return
+            yield block
+
     @property
     def seekable(self) -> bool:
         """A plain regular file: workers can read their own ranges of it."""
@@ -404,7 +433,7 @@ class InputFile:
         """
         assert self.seekable
         size = self.size or 0
-        start = 0
+        start = self.position = self.skip
         while start < size:
             length = max_bytes
             if workers > 1:

@@ -39,6 +39,7 @@ from ..plan import PROTECTED_KINDS, ContextPlan, as_plan
 from ..policy import ReducePolicy, validate_context_policy
 from ..prepared import PreparedPolicy
 from ..report import ContextReport
+from .diagnose import json_problem, top_level_hint
 from .files import (
     FileError,
     FileRange,
@@ -133,6 +134,8 @@ class LineResult:
     report: bytes | None = None
     figures: Figures | None = None
     error: str | None = None
+    # The byte of the line (from 1) where ``error`` is, when it is at one (invalid JSON).
+    column: int = 0
     violation: bool = False
     lines: int = 1
     scanned: int = 0  # how many of the lines took the byte path
@@ -142,7 +145,7 @@ class LineResult:
 
 
 class LineError(Exception):
-    """A line that cannot be processed; ``str()`` names the line and what was expected."""
+    """A line that cannot be processed; ``str()`` says what was expected."""
 
 
 @dataclass
@@ -171,7 +174,10 @@ class Summary:
     def add(self, result: LineResult) -> None:
         if result.error is not None:
             self.skipped += 1
-            self.skipped_lines.append({"line": result.line, "error": result.error})
+            entry: dict[str, Any] = {"line": result.line, "error": result.error}
+            if result.column:
+                entry["column"] = result.column
+            self.skipped_lines.append(entry)
             return
         assert result.figures is not None
         (triggered, reached, c_before, c_after, m_before, m_after, removed, groups, warnings,
@@ -515,7 +521,8 @@ class _Worker:
         try:
             doc = orjson.loads(raw)
         except orjson.JSONDecodeError as exc:
-            return LineResult(number, error=f"invalid JSON ({exc})")
+            problem = json_problem(raw, exc, jsonl=True)
+            return LineResult(number, error=problem.message, column=problem.column)
         if exact:  # orjson may have read an integer beyond 64 bits as a float: read it exactly
             try:
                 doc = reread_exactly(raw)
@@ -537,6 +544,7 @@ class _Worker:
             raise LineError(
                 'expected a JSON object (a transcript {"id", "messages"} or a plan '
                 f'{{"fragments"}}), got {type(doc).__name__}'
+                + (f": {top_level_hint(doc)}" if isinstance(doc, list) else "")
             )
         if "fragments" in doc:
             plan_doc = {k: doc[k] for k in ("fragments", "original") if k in doc}
