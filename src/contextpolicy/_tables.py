@@ -104,6 +104,12 @@ GROUPING_CODES: Final[dict[str, int]] = {"user-turn": GROUP_USER_TURN, "message"
 # and a content list that contains itself, is a ContextPlanError on both kernels.
 MAX_NESTING: Final = 100
 
+# How deep a value measured by its compact JSON (a tool_use input, non-string arguments) may
+# nest arrays and objects: 1,024 levels, the most orjson reads, so that every value a JSONL line
+# can hold is measured exactly. A deeper value, and one that contains itself, is a
+# ContextPlanError (too-deep) on both kernels, whatever the interpreter's stack allows.
+MAX_JSON_DEPTH: Final = 1024
+
 # Message and part keys the kernels recognise, by their text, in one pass over a dict.
 KEYS: Final[tuple[str, ...]] = (
     "role", "content", "tool_calls", "type", "text", "name", "input", "function", "arguments",
@@ -122,6 +128,7 @@ def tables() -> dict[str, object]:
         "groups": dict(GROUPING_CODES),
         "keys": list(KEYS),
         "max_nesting": MAX_NESTING,
+        "max_json_depth": MAX_JSON_DEPTH,
     }
 
 
@@ -172,7 +179,8 @@ def c_header() -> str:
         f"#define CP_ITEM_UNKNOWN {ITEM_UNKNOWN}",
     ]
     out += [f"#define CP_GROUP_{_c_name(kind)} {code}" for kind, code in GROUPING_CODES.items()]
-    out += [f"#define CP_MAX_NESTING {MAX_NESTING}"]
+    out += [f"#define CP_MAX_NESTING {MAX_NESTING}",
+            f"#define CP_MAX_JSON_DEPTH {MAX_JSON_DEPTH}"]
     out += [f"#define CP_KEY_{_c_name(key)} {i + 1}" for i, key in enumerate(KEYS)]
     out += ["#define CP_KEY_OTHER 0", f"#define CP_KEY_COUNT {len(KEYS) + 1}", ""]
     out += [*_matcher("cp_role_code", ROLE_CODES, "CP_ROLE_OTHER"), ""]

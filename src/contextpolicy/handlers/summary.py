@@ -26,17 +26,19 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import _kernel
 from .._tables import (
     ITEM_CALL,
     ITEM_MESSAGE,
     ITEM_OUTPUT,
     ITEM_REASONING,
+    MAX_JSON_DEPTH,
     TEXT_PART_TYPES,
     TOOL_RESULT_PART,
     TOOL_RESULT_ROLES,
     TOOL_USE_PART,
 )
-from ..errors import ContextCancelledError
+from ..errors import ContextCancelledError, ContextPlanError
 from ._base import BuiltinHandler
 from ._parts import item_of
 from .params import DEFAULT_PREFIX, DEFAULT_PROMPT, SUMMARIZE, SummarizeParams, checked
@@ -60,12 +62,24 @@ def is_summary(message: Any) -> bool:
 
 
 def _json(value: Any) -> str:
+    """A tool input or arguments as a summariser reads them: the compact JSON the kernels
+    measure (at any depth they measure, without recursion); for a value JSON cannot hold, its
+    JSON with ``str()`` of what JSON cannot hold, or its ``str()``."""
     if isinstance(value, str):
         return value
     try:
+        return _kernel.compact_json(value)
+    except ContextPlanError as exc:
+        if "too-deep" in exc.codes:
+            return f"[{type(value).__name__} nested deeper than {MAX_JSON_DEPTH} levels]"
+    try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     except (TypeError, ValueError, RecursionError):
+        pass
+    try:
         return str(value)
+    except RecursionError:
+        return f"[{type(value).__name__}]"
 
 
 def _text(value: Any, depth: int = 0) -> str:

@@ -24,6 +24,8 @@ from typing import IO, Any, BinaryIO, NamedTuple, cast
 
 import orjson
 
+from .._tables import MAX_JSON_DEPTH
+
 __all__ = [
     "AtomicOutput", "FileError", "FileRange", "InputFile", "batched_lines", "conflicting_files",
     "dumps", "dumps_exactly", "loads_exactly", "open_range_file", "read_file_range",
@@ -35,8 +37,6 @@ READ_BLOCK = 8 << 20
 SCAN_BLOCK = 64 << 10  # read at a time, looking for the end of a line
 MIN_RANGE = 64 << 10  # the smallest range handed out near the end of a file
 O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
-# Deepest nesting orjson reads (and so the deepest a line can be that reaches the exact reader).
-MAX_DEPTH = 1024
 
 
 class FileError(Exception):
@@ -70,7 +70,9 @@ def reread_exactly(data: bytes | memoryview) -> Any:
     import json
 
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit + MAX_DEPTH + 64)  # orjson reads up to MAX_DEPTH levels
+    # orjson reads arrays and objects nested up to MAX_JSON_DEPTH levels (the JSON depth
+    # limit of the kernels), so the standard library gets the stack for as many.
+    sys.setrecursionlimit(limit + MAX_JSON_DEPTH + 64)
     try:
         return json.loads(bytes(data))
     except RecursionError:
