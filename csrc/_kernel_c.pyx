@@ -84,6 +84,9 @@ cdef extern from "_tables.h":
     int CP_KEY_NAME, CP_KEY_INPUT, CP_KEY_FUNCTION, CP_KEY_ARGUMENTS, CP_KEY_ID
     int CP_KEY_TOOL_CALL_ID, CP_KEY_TOOL_USE_ID, CP_KEY_CALL_ID, CP_KEY_OUTPUT, CP_KEY_SUMMARY
     int CP_KEY_THINKING, CP_KEY_ENCRYPTED_CONTENT, CP_MAX_NESTING, CP_MAX_JSON_DEPTH
+    bint CP_JSON_WHITESPACE(int c) nogil
+    int CP_JSON_WHITESPACE_COUNT
+    const unsigned char cp_json_whitespace[]
     enum: CP_KEY_COUNT
     int cp_role_code(const char* s, Py_ssize_t n) nogil
     int cp_part_code(const char* s, Py_ssize_t n) nogil
@@ -176,6 +179,7 @@ def _built_tables():
         "keys": [cp_key_names[i].decode() for i in range(CP_KEY_COUNT - 1)],
         "max_nesting": CP_MAX_NESTING,
         "max_json_depth": CP_MAX_JSON_DEPTH,
+        "json_whitespace": bytes([cp_json_whitespace[i] for i in range(CP_JSON_WHITESPACE_COUNT)]),
     }
 
 

@@ -37,6 +37,7 @@ from ._tables import (
     ITEM_OUTPUT,
     ITEM_REASONING,
     ITEM_UNKNOWN,
+    JSON_WHITESPACE,
     MAX_JSON_DEPTH,
     MAX_NESTING,
     PART_CODES,
@@ -1859,7 +1860,7 @@ SCAN_FIGURES = 11  # handled, triggered, reached, chars before/after, messages b
 _SCAN_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 _SCAN_NUMBER = re.compile(rb"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?")
 _SCAN_DIGITS = re.compile(rb"[0-9]{19}")
-_SCAN_WS = b" \t\n\r"
+_SCAN_WS = JSON_WHITESPACE
 
 
 class _Fallback(Exception):
@@ -2299,14 +2300,13 @@ def report_lines(
     return out, ends, figures, entries, entry_ends, raws
 
 
-_BLANK = b" \t\n\r\x0b\x0c"
-
 
 def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Int64Array, Int64Array,
                                                                 Int64Array]:
     """The lines of ``data[offset:offset + length]`` (ended by newlines; the last one may not
     be): ``(lines, numbers, starts, stops)``, the count of all lines, and for each line that is
-    not blank (ASCII whitespace only) its number from 1 and where it starts and stops."""
+    not blank (empty, or JSON whitespace only: ``_tables.JSON_WHITESPACE``) its number from 1
+    and where it starts and stops."""
     offset, length = _c_int(offset, "Py_ssize_t"), _c_int(length, "Py_ssize_t")
     whole = _flat_bytes(data)
     if offset < 0 or length < 0 or offset + length > len(whole):
@@ -2319,7 +2319,7 @@ def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Int64Array, I
         if stop < 0:
             stop = len(b)
         number += 1
-        if b[at:stop].strip(_BLANK):
+        if b[at:stop].strip(JSON_WHITESPACE):
             numbers.append(number)
             starts.append(offset + at)
             stops.append(offset + stop)

@@ -110,6 +110,12 @@ MAX_NESTING: Final = 100
 # ContextPlanError (too-deep) on both kernels, whatever the interpreter's stack allows.
 MAX_JSON_DEPTH: Final = 1024
 
+# JSON's whitespace (RFC 8259: space, tab, line feed, carriage return): what may surround a
+# value, and all a blank JSONL line may hold (empty, or only these; its line feed ends it). No
+# other byte is whitespace to JSON (a vertical tab, a form feed, U+0085 or U+00A0 in UTF-8):
+# a line holding one is a line, read as JSON like any other.
+JSON_WHITESPACE: Final = b" \t\n\r"
+
 # Message and part keys the kernels recognise, by their text, in one pass over a dict.
 KEYS: Final[tuple[str, ...]] = (
     "role", "content", "tool_calls", "type", "text", "name", "input", "function", "arguments",
@@ -129,6 +135,7 @@ def tables() -> dict[str, object]:
         "keys": list(KEYS),
         "max_nesting": MAX_NESTING,
         "max_json_depth": MAX_JSON_DEPTH,
+        "json_whitespace": JSON_WHITESPACE,
     }
 
 
@@ -181,6 +188,11 @@ def c_header() -> str:
     out += [f"#define CP_GROUP_{_c_name(kind)} {code}" for kind, code in GROUPING_CODES.items()]
     out += [f"#define CP_MAX_NESTING {MAX_NESTING}",
             f"#define CP_MAX_JSON_DEPTH {MAX_JSON_DEPTH}"]
+    space = " || ".join(f"(c) == {byte}" for byte in JSON_WHITESPACE)
+    out += [f"#define CP_JSON_WHITESPACE(c) ({space})",
+            f"#define CP_JSON_WHITESPACE_COUNT {len(JSON_WHITESPACE)}",
+            "static const unsigned char cp_json_whitespace[] = "
+            f"{{{', '.join(map(str, JSON_WHITESPACE))}}};"]
     out += [f"#define CP_KEY_{_c_name(key)} {i + 1}" for i, key in enumerate(KEYS)]
     out += ["#define CP_KEY_OTHER 0", f"#define CP_KEY_COUNT {len(KEYS) + 1}", ""]
     out += [*_matcher("cp_role_code", ROLE_CODES, "CP_ROLE_OTHER"), ""]
