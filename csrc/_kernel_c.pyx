@@ -9,6 +9,8 @@ Python object is created per message on the hot path.
 
 cimport cython
 from cpython.dict cimport PyDict_Check, PyDict_CheckExact, PyDict_Size
+from cpython.float cimport PyFloat_AS_DOUBLE, PyFloat_CheckExact
+from cpython.mem cimport PyMem_Free, PyMem_Malloc
 from cpython.list cimport PyList_Check, PyList_CheckExact
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_GET_SIZE
 from cpython.long cimport PyLong_CheckExact
@@ -19,7 +21,8 @@ from cpython.tuple cimport PyTuple_CheckExact, PyTuple_GET_SIZE
 from cpython.unicode cimport PyUnicode_Check, PyUnicode_CheckExact, PyUnicode_FromObject
 from libc.stdint cimport INT64_MAX, int8_t, int32_t, int64_t, uint8_t, uint32_t, uint64_t
 from libc.stdlib cimport calloc, free, malloc, realloc
-from libc.string cimport memcmp, memcpy, memset
+from libc.math cimport isinf, isnan
+from libc.string cimport memcmp, memcpy, memset, strlen
 
 import json
 import os
@@ -40,6 +43,10 @@ cdef extern from "Python.h":
     bint PyUnicode_CheckExact_ptr "PyUnicode_CheckExact"(PyObject* o)
     Py_ssize_t PyList_GET_SIZE(object lst)
     PyObject* PyList_GET_ITEM(object lst, Py_ssize_t i)
+    PyObject* PyTuple_GET_ITEM_ptr "PyTuple_GET_ITEM"(object t, Py_ssize_t i)
+    char* PyOS_double_to_string(double val, char format_code, int precision, int flags,
+                                int* ptype) except NULL
+    int Py_DTSF_ADD_DOT_0
     Py_ssize_t PyUnicode_GET_LENGTH(object s)
     Py_ssize_t PyUnicode_GET_LENGTH_ptr "PyUnicode_GET_LENGTH"(PyObject* s)
     int PyUnicode_KIND_ptr "PyUnicode_KIND"(PyObject* s)
@@ -76,9 +83,12 @@ cdef extern from "_tables.h":
     int CP_KEY_OTHER, CP_KEY_ROLE, CP_KEY_CONTENT, CP_KEY_TOOL_CALLS, CP_KEY_TYPE, CP_KEY_TEXT
     int CP_KEY_NAME, CP_KEY_INPUT, CP_KEY_FUNCTION, CP_KEY_ARGUMENTS, CP_KEY_ID
     int CP_KEY_TOOL_CALL_ID, CP_KEY_TOOL_USE_ID, CP_KEY_CALL_ID, CP_KEY_OUTPUT, CP_KEY_SUMMARY
-    int CP_KEY_THINKING, CP_KEY_ENCRYPTED_CONTENT, CP_MAX_NESTING
+    int CP_KEY_THINKING, CP_KEY_ENCRYPTED_CONTENT, CP_MAX_NESTING, CP_MAX_JSON_DEPTH
     int CP_MISSED_NONE, CP_MISSED_PROTECTED_OVER_TARGET, CP_MISSED_STEP_FAILED
     int CP_MISSED_KEEP_GROUPS_FLOOR, CP_MISSED_NO_STEP_COULD_ACT, CP_MISSED_COUNT
+    bint CP_JSON_WHITESPACE(int c) nogil
+    int CP_JSON_WHITESPACE_COUNT
+    const unsigned char cp_json_whitespace[]
     enum: CP_KEY_COUNT
     int cp_role_code(const char* s, Py_ssize_t n) nogil
     int cp_part_code(const char* s, Py_ssize_t n) nogil
@@ -173,6 +183,8 @@ def _built_tables():
         "keys": [cp_key_names[i].decode() for i in range(CP_KEY_COUNT - 1)],
         "max_nesting": CP_MAX_NESTING,
         "missed": [cp_missed_names[i].decode() for i in range(CP_MISSED_COUNT)],
+        "max_json_depth": CP_MAX_JSON_DEPTH,
+        "json_whitespace": bytes([cp_json_whitespace[i] for i in range(CP_JSON_WHITESPACE_COUNT)]),
     }
 
 
@@ -240,7 +252,6 @@ cdef inline void _scan(object d, PyObject** slots) noexcept:
     cp_clear_slots(slots)
     while PyDict_Next(d, &pos, &k, &v):
         slots[_key_code(k)] = v
-cdef object _ENCODER = _kernel_py.COMPACT_JSON
 
 
 cdef inline int8_t _role_code(object role):
@@ -350,15 +361,76 @@ cdef inline object _exact(object s):
     return PyUnicode_FromObject(s)
 
 
-# Compact JSON length, without building the string, for values made of exact built-in types
-# only. Anything else (a float, a subclass, a deep value) sends the whole value to the encoder,
-# as the twin does: Python code a subclass runs (a dict's items()) then runs once, in the same
-# order on both kernels, and never while this walk holds a value.
-cdef int _JSON_MAX_DEPTH = 64
+# Compact JSON (see the twin's _json_text), for values made of exact built-in types only: str,
+# int of 64 bits, float, bool, None, and dicts with str keys, lists and tuples of them. They
+# are measured and written here, with a stack of frames of this walk's own (never the C
+# stack), in two passes that run no Python code: nothing can change the value between them, so
+# the references the walk borrows stay valid. A value nested deeper than CP_MAX_JSON_DEPTH (or
+# that contains itself) is TOO_DEEP at the first container past the limit. Any other value (a
+# subclass, an int beyond 64 bits, an object) goes whole to the twin's writer: Python code a
+# subclass runs (a dict's items()) then runs once, in the same order on both kernels, and
+# never while this walk holds a value. Both stop at the same first problem: everything this
+# walk reads before it is of exact types, read alike by both.
 cdef int64_t NOT_NATIVE = -3
-# Longer than any str can be: such a value goes to the encoder (which fails as it does on the
-# twin), and no length sum can wrap (each part is at most this, or a str that exists).
+cdef int64_t TOO_DEEP = -4
+# Longer than any str can be: such a value goes to the twin (which fails as it would), and no
+# length sum can wrap (each part is at most this, or a str that exists).
 cdef int64_t _JSON_MAX_LENGTH = (<int64_t>1) << 60
+cdef object _JSON_TOO_DEEP = _kernel_py.JSON_TOO_DEEP
+cdef object _json_text = _kernel_py._json_text
+cdef object _JsonTooDeep = _kernel_py._JsonTooDeep
+
+cdef enum:
+    _JSON_LOCAL_FRAMES = 32  # open containers held on the caller's stack; deeper, on the heap
+
+
+cdef struct _JFrame:
+    PyObject* container  # borrowed: no Python code runs while the walk holds it
+    Py_ssize_t pos  # PyDict_Next's position, or the index of the next item
+    Py_ssize_t count  # items written so far
+    bint is_dict
+
+
+cdef inline _JFrame* _jframes(_JFrame* frames, _JFrame* local, int depth) except NULL:
+    # frames with room for a frame at depth (< CP_MAX_JSON_DEPTH): the caller's local ones,
+    # moved to the heap (room for every level) when they are full. The caller frees them.
+    cdef _JFrame* heap
+    if depth < _JSON_LOCAL_FRAMES or frames != local:
+        return frames
+    heap = <_JFrame*>PyMem_Malloc(CP_MAX_JSON_DEPTH * sizeof(_JFrame))
+    if heap == NULL:
+        raise MemoryError()
+    memcpy(heap, local, _JSON_LOCAL_FRAMES * sizeof(_JFrame))
+    return heap
+
+
+cdef inline bint _json_container(PyObject* value) noexcept:
+    return (PyDict_CheckExact(<object>value) or PyList_CheckExact(<object>value)
+            or PyTuple_CheckExact(<object>value))
+
+
+cdef inline Py_ssize_t _json_size(PyObject* value) noexcept:
+    if PyDict_CheckExact(<object>value):
+        return PyDict_Size(<object>value)
+    if PyList_CheckExact(<object>value):
+        return PyList_GET_SIZE(<object>value)
+    return PyTuple_GET_SIZE(<object>value)
+
+
+cdef inline bint _json_next(_JFrame* f, PyObject** item, PyObject** key) noexcept:
+    # The next item of an open container (and its key, for a dict); False when none is left.
+    if f.is_dict:
+        return PyDict_Next(<object>f.container, &f.pos, key, item)
+    if PyList_CheckExact(<object>f.container):
+        if f.pos >= PyList_GET_SIZE(<object>f.container):
+            return False
+        item[0] = PyList_GET_ITEM(<object>f.container, f.pos)
+    else:
+        if f.pos >= PyTuple_GET_SIZE(<object>f.container):
+            return False
+        item[0] = PyTuple_GET_ITEM_ptr(<object>f.container, f.pos)
+    f.pos += 1
+    return True
 
 
 cdef inline int64_t _json_str_len(object s) except -1:
@@ -384,7 +456,7 @@ cdef inline int64_t _int_len(object value) except -1:
     cdef long long v = PyLong_AsLongLongAndOverflow(value, &overflow)
     cdef unsigned long long u
     cdef int64_t digits = 1
-    if overflow:  # beyond 64 bits: the encoder writes it (or says it cannot), as in the twin
+    if overflow:  # beyond 64 bits: the twin writes it (or says it cannot)
         return NOT_NATIVE
     if v < 0:
         digits += 1
@@ -397,71 +469,87 @@ cdef inline int64_t _int_len(object value) except -1:
     return digits
 
 
-cdef int64_t _json_len(object value, int depth) except -1:
-    # The compact JSON length of value, or NOT_NATIVE.
-    cdef int64_t total, item_len
-    cdef Py_ssize_t i, n
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t pos = 0
-    if depth > _JSON_MAX_DEPTH:
-        return NOT_NATIVE
-    if PyUnicode_CheckExact(value):
-        return _json_str_len(value)
-    if value is None or value is True:
-        return 4
-    if value is False:
-        return 5
-    if PyLong_CheckExact(value):
-        return _int_len(value)
-    if PyDict_CheckExact(value):
-        n = PyDict_Size(value)
-        total = 2 + (n - 1 if n > 0 else 0)
-        # No Python code runs in this walk, so the dict cannot change under PyDict_Next.
-        while PyDict_Next(value, &pos, &k, &v):
-            if not PyUnicode_CheckExact(<object>k):
-                return NOT_NATIVE
-            item_len = _json_len(<object>v, depth + 1)
-            if item_len < 0:
-                return NOT_NATIVE
-            item_len += _json_str_len(<object>k) + 1
-            if item_len > _JSON_MAX_LENGTH - total:
-                return NOT_NATIVE
-            total += item_len
-        return total
-    if PyList_CheckExact(value) or PyTuple_CheckExact(value):
-        n = len(value)
-        total = 2 + (n - 1 if n > 0 else 0)
-        for i in range(n):
-            item_len = _json_len(value[i], depth + 1)
-            if item_len < 0 or item_len > _JSON_MAX_LENGTH - total:
-                return NOT_NATIVE
-            total += item_len
-        return total
-    return NOT_NATIVE
+cdef char* _float_repr(double d) except NULL:
+    # repr(d) (float.__repr__), for a finite d; the caller frees it with PyMem_Free.
+    return PyOS_double_to_string(d, 114, 0, Py_DTSF_ADD_DOT_0, NULL)  # 'r': repr's form
 
 
-# The compact JSON text itself, for the values _json_len measures natively: their length is
-# known, so the string is allocated once (at the widest character it holds) and written in
-# place, as json.dumps(value, separators=(",", ":"), ensure_ascii=False) writes it.
-cdef Py_UCS4 _json_maxchar(object value):
+cdef int64_t _float_len(double d) except -1:
+    cdef char* text
+    cdef int64_t n
+    if isnan(d):
+        return 3  # NaN
+    if isinf(d):
+        return 8 if d > 0 else 9  # Infinity, -Infinity
+    text = _float_repr(d)
+    n = strlen(text)
+    PyMem_Free(text)
+    return n
+
+
+cdef int64_t _json_measure(object value, Py_UCS4* maxchar) except -1:
+    # The compact JSON length of value and its widest character, or NOT_NATIVE, or TOO_DEEP.
+    cdef _JFrame local[_JSON_LOCAL_FRAMES]
+    cdef _JFrame* frames = local
+    cdef _JFrame* f
+    cdef int depth = 0
+    cdef int64_t total = 0, n
     cdef Py_UCS4 top = 127, m
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t i, pos = 0
-    if PyUnicode_CheckExact(value):
-        return PyUnicode_MAX_CHAR_VALUE(value)
-    if PyDict_CheckExact(value):
-        while PyDict_Next(value, &pos, &k, &v):
-            m = PyUnicode_MAX_CHAR_VALUE(<object>k)
-            top = m if m > top else top
-            m = _json_maxchar(<object>v)
-            top = m if m > top else top
-    elif PyList_CheckExact(value) or PyTuple_CheckExact(value):
-        for i in range(len(value)):
-            m = _json_maxchar(value[i])
-            top = m if m > top else top
-    return top
+    cdef PyObject* item = <PyObject*>value
+    cdef PyObject* key = NULL
+    try:
+        while True:
+            if PyUnicode_CheckExact_ptr(item):
+                total += _json_str_len(<object>item)
+                m = PyUnicode_MAX_CHAR_VALUE(<object>item)
+                top = m if m > top else top
+            elif item == <PyObject*>None or item == <PyObject*>True:
+                total += 4
+            elif item == <PyObject*>False:
+                total += 5
+            elif PyLong_CheckExact(<object>item):
+                n = _int_len(<object>item)
+                if n == NOT_NATIVE:
+                    return NOT_NATIVE
+                total += n
+            elif PyFloat_CheckExact(<object>item):
+                total += _float_len(PyFloat_AS_DOUBLE(<object>item))
+            elif _json_container(item):
+                if depth >= CP_MAX_JSON_DEPTH:
+                    return TOO_DEEP
+                n = _json_size(item)
+                # brackets and commas, and a colon per key
+                total += 2 + (n - 1 if n else 0) + (n if PyDict_CheckExact(<object>item) else 0)
+                if n:
+                    frames = _jframes(frames, local, depth)
+                    f = &frames[depth]
+                    f.container = item
+                    f.pos = 0
+                    f.count = 0
+                    f.is_dict = PyDict_CheckExact(<object>item)
+                    depth += 1
+            else:
+                return NOT_NATIVE
+            if total > _JSON_MAX_LENGTH:
+                return NOT_NATIVE
+            while depth:
+                f = &frames[depth - 1]
+                if _json_next(f, &item, &key):
+                    if f.is_dict:
+                        if not PyUnicode_CheckExact_ptr(key):
+                            return NOT_NATIVE
+                        total += _json_str_len(<object>key)
+                        m = PyUnicode_MAX_CHAR_VALUE(<object>key)
+                        top = m if m > top else top
+                    break
+                depth -= 1
+            else:
+                break
+    finally:
+        if frames != local:
+            PyMem_Free(frames)
+    maxchar[0] = top
+    return total
 
 
 cdef inline Py_ssize_t _put(int kind, void* data, Py_ssize_t at, const char* ascii) noexcept:
@@ -511,92 +599,163 @@ cdef Py_ssize_t _json_str_write(object s, int kind, void* data, Py_ssize_t at) e
     return at + 1
 
 
-cdef Py_ssize_t _json_write(object value, int kind, void* data, Py_ssize_t at) except -1:
-    # Only for a value _json_len measured natively (exact types, ints of 64 bits).
-    cdef PyObject* k
-    cdef PyObject* v
-    cdef Py_ssize_t i, n, pos = 0
+cdef Py_ssize_t _int_write(object value, int kind, void* data, Py_ssize_t at) noexcept:
+    # An int _int_len measured (64 bits).
     cdef int overflow = 0
-    cdef long long iv
+    cdef long long iv = PyLong_AsLongLongAndOverflow(value, &overflow)
     cdef unsigned long long u
     cdef char digits[24]
-    cdef int d
-    if PyUnicode_CheckExact(value):
-        return _json_str_write(value, kind, data, at)
-    if value is None:
-        return _put(kind, data, at, b"null")
-    if value is True:
-        return _put(kind, data, at, b"true")
-    if value is False:
-        return _put(kind, data, at, b"false")
-    if PyLong_CheckExact(value):
-        iv = PyLong_AsLongLongAndOverflow(value, &overflow)
-        if iv < 0:
-            PyUnicode_WRITE(kind, data, at, 45)
-            at += 1
-            u = <unsigned long long>(-(iv + 1)) + 1
-        else:
-            u = <unsigned long long>iv
-        d = 0
-        while True:
-            digits[d] = <char>(48 + u % 10)
-            d += 1
-            u //= 10
-            if u == 0:
-                break
-        while d > 0:
-            d -= 1
-            PyUnicode_WRITE(kind, data, at, <Py_UCS4>digits[d])
-            at += 1
-        return at
-    if PyDict_CheckExact(value):
-        PyUnicode_WRITE(kind, data, at, 123)
+    cdef int d = 0
+    if iv < 0:
+        PyUnicode_WRITE(kind, data, at, 45)
         at += 1
-        n = 0
-        while PyDict_Next(value, &pos, &k, &v):
-            if n:
-                PyUnicode_WRITE(kind, data, at, 44)
+        u = <unsigned long long>(-(iv + 1)) + 1
+    else:
+        u = <unsigned long long>iv
+    while True:
+        digits[d] = <char>(48 + u % 10)
+        d += 1
+        u //= 10
+        if u == 0:
+            break
+    while d > 0:
+        d -= 1
+        PyUnicode_WRITE(kind, data, at, <Py_UCS4>digits[d])
+        at += 1
+    return at
+
+
+cdef Py_ssize_t _float_write(double d, int kind, void* data, Py_ssize_t at) except -1:
+    cdef char* text
+    if isnan(d):
+        return _put(kind, data, at, b"NaN")
+    if isinf(d) and d > 0:
+        return _put(kind, data, at, b"Infinity")
+    if isinf(d):
+        return _put(kind, data, at, b"-Infinity")
+    text = _float_repr(d)
+    at = _put(kind, data, at, text)
+    PyMem_Free(text)
+    return at
+
+
+cdef Py_ssize_t _json_write(object value, int kind, void* data) except -1:
+    # Write a value _json_measure measured (so: of exact types, within the limits) at the start
+    # of data; return where it ends.
+    cdef _JFrame local[_JSON_LOCAL_FRAMES]
+    cdef _JFrame* frames = local
+    cdef _JFrame* f
+    cdef int depth = 0
+    cdef Py_ssize_t at = 0
+    cdef PyObject* item = <PyObject*>value
+    cdef PyObject* key = NULL
+    try:
+        while True:
+            if PyUnicode_CheckExact_ptr(item):
+                at = _json_str_write(<object>item, kind, data, at)
+            elif item == <PyObject*>None:
+                at = _put(kind, data, at, b"null")
+            elif item == <PyObject*>True:
+                at = _put(kind, data, at, b"true")
+            elif item == <PyObject*>False:
+                at = _put(kind, data, at, b"false")
+            elif PyLong_CheckExact(<object>item):
+                at = _int_write(<object>item, kind, data, at)
+            elif PyFloat_CheckExact(<object>item):
+                at = _float_write(PyFloat_AS_DOUBLE(<object>item), kind, data, at)
+            else:
+                PyUnicode_WRITE(kind, data, at, 123 if PyDict_CheckExact(<object>item) else 91)
                 at += 1
-            n += 1
-            at = _json_str_write(<object>k, kind, data, at)
-            PyUnicode_WRITE(kind, data, at, 58)
-            at = _json_write(<object>v, kind, data, at + 1)
-        PyUnicode_WRITE(kind, data, at, 125)
-        return at + 1
-    PyUnicode_WRITE(kind, data, at, 91)
-    at += 1
-    n = len(value)
-    for i in range(n):
-        if i:
-            PyUnicode_WRITE(kind, data, at, 44)
-            at += 1
-        at = _json_write(value[i], kind, data, at)
-    PyUnicode_WRITE(kind, data, at, 93)
-    return at + 1
+                if _json_size(item):
+                    frames = _jframes(frames, local, depth)
+                    f = &frames[depth]
+                    f.container = item
+                    f.pos = 0
+                    f.count = 0
+                    f.is_dict = PyDict_CheckExact(<object>item)
+                    depth += 1
+                else:
+                    PyUnicode_WRITE(kind, data, at, 125 if PyDict_CheckExact(<object>item)
+                                    else 93)
+                    at += 1
+            while depth:
+                f = &frames[depth - 1]
+                if _json_next(f, &item, &key):
+                    if f.count:
+                        PyUnicode_WRITE(kind, data, at, 44)
+                        at += 1
+                    f.count += 1
+                    if f.is_dict:
+                        at = _json_str_write(<object>key, kind, data, at)
+                        PyUnicode_WRITE(kind, data, at, 58)
+                        at += 1
+                    break
+                PyUnicode_WRITE(kind, data, at, 125 if f.is_dict else 93)
+                at += 1
+                depth -= 1
+            else:
+                break
+    finally:
+        if frames != local:
+            PyMem_Free(frames)
+    return at
+
+
+cdef object _json_fallback(object value):
+    # The twin's compact JSON of a value this kernel does not write itself, or None (and _fail).
+    try:
+        return _json_text(value)
+    except _JsonTooDeep:
+        _fail(_JSON_TOO_DEEP, "too-deep", "")
+    except (TypeError, ValueError, RecursionError) as exc:
+        _fail(f"expected JSON-serialisable data ({exc})", "invalid-json", "")
+    return None
 
 
 cdef object _compact_json(object value):
-    # The compact JSON text of value written natively, or None when the encoder must write it.
-    cdef int64_t length = _json_len(value, 0)
-    if length == NOT_NATIVE:
+    # The compact JSON text of value, or None (and _fail) when it cannot be written.
+    cdef Py_UCS4 top = 127
+    cdef int64_t length = _json_measure(value, &top)
+    cdef Py_ssize_t end
+    if length == TOO_DEEP:
+        _fail(_JSON_TOO_DEEP, "too-deep", "")
         return None
-    text = PyUnicode_New(length, _json_maxchar(value))
-    cdef Py_ssize_t end = _json_write(value, PyUnicode_KIND(text), PyUnicode_DATA(text), 0)
+    if length == NOT_NATIVE:
+        return _json_fallback(value)
+    text = PyUnicode_New(length, top)
+    end = _json_write(value, PyUnicode_KIND(text), PyUnicode_DATA(text))
     if end != length:
         raise AssertionError(f"compact JSON of {length} chars written as {end}")
     return text
 
 
 cdef int64_t _compact_json_len(object value) except -1:
-    # The compact JSON length of value, or -2 (and _fail) when it cannot be encoded.
-    cdef int64_t length = _json_len(value, 0)
-    if length != NOT_NATIVE:
+    # The compact JSON length of value, or -2 (and _fail) when it cannot be written.
+    cdef Py_UCS4 top = 127
+    cdef int64_t length = _json_measure(value, &top)
+    if length >= 0:
         return length
-    try:
-        return len(_ENCODER.encode(value))
-    except (TypeError, ValueError, RecursionError) as exc:
-        _fail(f"expected JSON-serialisable data ({exc})", "invalid-json", "")
+    if length == TOO_DEEP:
+        _fail(_JSON_TOO_DEEP, "too-deep", "")
         return -2
+    text = _json_fallback(value)
+    return -2 if text is None else len(text)
+
+
+def compact_json(value):
+    """The compact JSON of ``value`` (see the twin)."""
+    text = _compact_json(value)
+    if text is None:
+        raise ContextPlanError(_fail_message, code=_fail_code)
+    return text
+
+
+def compact_json_length(value):
+    """``len(compact_json(value))``, counted without writing it where the value allows."""
+    cdef int64_t length = _compact_json_len(value)
+    if length < 0:
+        raise ContextPlanError(_fail_message, code=_fail_code)
+    return length
 
 
 # What one measuring pass adds up: a C struct on the caller's stack, so that measuring
@@ -617,13 +776,7 @@ cdef inline int _add(_Acc* acc, object text) except -1:
 
 cdef int _add_json(_Acc* acc, object value) except -2:
     text = _compact_json(value)
-    if text is not None:
-        _add(acc, text)
-        return 0
-    try:
-        text = _ENCODER.encode(value)
-    except (TypeError, ValueError, RecursionError) as exc:
-        _fail(f"expected JSON-serialisable data ({exc})", "invalid-json", "")
+    if text is None:
         return -1
     _add(acc, text)
     return 0

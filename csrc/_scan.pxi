@@ -82,11 +82,7 @@ cdef struct _Sc:
 
 
 cdef inline void _ws(_Sc* s) noexcept nogil:
-    cdef uint8_t c
-    while s.i < s.end:
-        c = s.p[s.i]
-        if c != 32 and c != 10 and c != 13 and c != 9:
-            return
+    while s.i < s.end and CP_JSON_WHITESPACE(s.p[s.i]):
         s.i += 1
 
 
@@ -1735,7 +1731,8 @@ cdef tuple _records(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t n
 
 
 cdef inline bint _blank_byte(uint8_t c) noexcept nogil:
-    return c == 32 or c == 9 or c == 10 or c == 13 or c == 11 or c == 12
+    # A blank line holds nothing but JSON whitespace (a vertical tab or a form feed is none).
+    return CP_JSON_WHITESPACE(c)
 
 
 def line_bounds(data, Py_ssize_t offset, Py_ssize_t length):

@@ -2,7 +2,8 @@
 
 ``python -m tests.fuzz_kernel N`` (from the project root) draws N histories with hypothesis,
 turns each into a hostile one (subclasses whose methods lie, str-subclass keys, tool inputs
-whose ``items()`` changes the history while it is measured, cycles, deep nesting), builds it
+whose ``items()`` changes the history while it is measured, cycles, deep nesting, tool inputs
+and arguments nested at and around the JSON depth limit), builds it
 afresh for each kernel, measures it, takes its text pieces and checks its tool pairing, measures
 it into a ``Measure`` and cuts, tails and pairs that, and splits and reduces it as a transcript
 (``reduce_transcript``) on every kernel, and exits non-zero at the first disagreement. It prints the number of cases run and the
@@ -19,7 +20,18 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from .hostile import LyingDict, LyingList, LyingStr, OnItems, deep_tool_result, outcome
+from contextpolicy._tables import MAX_JSON_DEPTH
+
+from .hostile import (
+    LyingDict,
+    LyingList,
+    LyingStr,
+    OnItems,
+    SubDict,
+    SubList,
+    deep_tool_result,
+    outcome,
+)
 from .strategies import bad_message
 from .strategies import message as chat_message
 
@@ -37,6 +49,26 @@ class Key(str):
 
     def __eq__(self, other: object) -> bool:
         return False
+
+
+def deep_json(rng: random.Random) -> Any:
+    """A value nested at or around the JSON depth limit (or without end): lists, dicts, tuples
+    and their subclasses in turn, with a scalar, a float, an int beyond 64 bits or a value JSON
+    cannot hold at the bottom, or a container that holds itself."""
+    levels = rng.choice([MAX_JSON_DEPTH - 1, MAX_JSON_DEPTH, MAX_JSON_DEPTH + 1, 5000])
+    value: Any = rng.choice(["end", 1.5, 2**70, None, {1, 2}, float("nan")])
+    if rng.random() < 0.1:
+        loop: list[Any] = []
+        list.append(loop, loop)
+        value = loop
+    kinds = rng.choice([[list], [dict], [list, dict, tuple], [SubList, SubDict, list]])
+    for k in range(levels):
+        kind = kinds[k % len(kinds)]
+        if issubclass(kind, dict):
+            value = kind({"k": value, "n": k} if rng.random() < 0.5 else {"k": value})
+        else:
+            value = kind([value] if rng.random() < 0.8 else ["x", value])
+    return value
 
 
 def hostile(history: list[Any], seed: int) -> list[Any]:
@@ -69,7 +101,9 @@ def hostile(history: list[Any], seed: int) -> list[Any]:
             target = new if message is None else message
             for k, v in value.items():
                 key = Key(k) if isinstance(k, str) and rng.random() < 0.05 else k
-                if k == "input" and rng.random() < 0.3:
+                if k in ("input", "arguments") and rng.random() < 0.1:
+                    dict.__setitem__(new, key, deep_json(rng))
+                elif k == "input" and rng.random() < 0.3:
                     action = rng.choice(actions(target, parts))
                     dict.__setitem__(new, key, OnItems(action, {"v": walk(v, target, parts, 0)}))
                 else:
@@ -85,7 +119,8 @@ def hostile(history: list[Any], seed: int) -> list[Any]:
         if isinstance(message, dict):
             for k, v in message.items():
                 key = Key(k) if rng.random() < 0.05 else k
-                dict.__setitem__(shell, key, walk(v, shell, None, 0))
+                deep = k in ("input", "arguments") and rng.random() < 0.1
+                dict.__setitem__(shell, key, deep_json(rng) if deep else walk(v, shell, None, 0))
             out.append(shell)
         else:
             out.append(message)

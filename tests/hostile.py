@@ -96,6 +96,36 @@ def deep_list(levels: int) -> Any:
     return value
 
 
+def deep_dict(levels: int, bottom: Any = 1) -> Any:
+    value: Any = bottom
+    for _ in range(levels):
+        value = {"k": value}
+    return value
+
+
+class SubList(list):  # type: ignore[type-arg]
+    """A list subclass (the compiled kernel hands values holding one to the twin's writer)."""
+
+
+class SubDict(dict):  # type: ignore[type-arg]
+    """A dict subclass, read through its items() as json.dumps reads it."""
+
+
+def deep_subclasses(levels: int) -> Any:
+    # Levels of a list subclass, a dict subclass and a tuple in turn, ending in a str.
+    value: Any = "end"
+    for k in range(levels):
+        value = (SubList([value]), SubDict(k=value), (value,))[k % 3]
+    return value
+
+
+def deep_list_ending_in(levels: int, bottom: Any) -> Any:
+    value: Any = bottom
+    for _ in range(levels):
+        value = [value]
+    return value
+
+
 def tool_use(value: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "tool_use", "id": "t", "name": "f",
                                                "input": value}]}
@@ -500,6 +530,87 @@ def compact_json(value: Any) -> str:
     return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
+def _under_recursion_limit(limit: Callable[[int], int],
+                           case: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    # The case run with the interpreter's recursion limit set to limit(frames on the stack):
+    # the JSON depth rule holds whatever the stack allows.
+    def run(kernel: Any) -> Any:
+        frame, depth = sys._getframe(), 0
+        while frame is not None:
+            frame, depth = frame.f_back, depth + 1  # type: ignore[assignment]
+        before = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit(depth))
+        try:
+            return case(kernel)
+        finally:
+            sys.setrecursionlimit(before)
+
+    return run
+
+
+def _items_deepen_forever() -> list[Any]:
+    # A dict subclass whose items() hands out a new one of its kind every time it is read.
+    class Deeper(dict):  # type: ignore[type-arg]
+        def items(self):  # type: ignore[no-untyped-def]
+            return [("k", Deeper(k=1))]
+
+    return [tool_use(Deeper(k=1))]
+
+
+def _contains_itself(kind: type) -> list[Any]:
+    value: Any = kind()
+    if isinstance(value, dict):
+        dict.__setitem__(value, "self", value)
+    else:
+        list.append(value, value)
+    return [tool_use(value)]
+
+
+def json_cases_at(levels: int) -> dict[str, Callable[[Any], Any]]:
+    # Every place a kernel measures a value by its compact JSON, at one depth.
+    value = deep_list(levels)
+    return {
+        f"json-deep-{levels}": _measure_case(lambda: [tool_use(deep_list(levels))]),
+        f"json-deep-objects-{levels}": _measure_case(lambda: [tool_use(deep_dict(levels))]),
+        f"json-deep-subclasses-{levels}": _measure_case(
+            lambda: [tool_use(deep_subclasses(levels))]),
+        f"json-deep-{levels}-with-a-big-int-at-the-bottom": _measure_case(
+            lambda: [tool_use(deep_list_ending_in(levels, 2**70))]),
+        f"item-arguments-deep-{levels}": _measure_case(lambda: [
+            {"type": "function_call", "call_id": "c", "arguments": deep_list(levels)}]),
+        f"item-input-deep-{levels}": _measure_case(lambda: [
+            {"type": "custom_tool_call", "call_id": "c", "input": deep_list(levels)}]),
+        f"tool-call-arguments-deep-{levels}": _measure_case(lambda: [
+            {"role": "assistant", "tool_calls": [{"id": "c", "function": {
+                "name": "f", "arguments": deep_list(levels)}}]}]),
+        f"json-pieces-deep-{levels}": _json_pieces(value),
+    }
+
+
+JSON_DEPTH_CASES: dict[str, Callable[[Any], Any]] = {
+    **json_cases_at(1023), **json_cases_at(1024), **json_cases_at(1025),
+    "json-list-contains-itself": _measure_case(lambda: _contains_itself(list)),
+    "json-subclass-contains-itself": _measure_case(lambda: _contains_itself(SubDict)),
+    "json-items-deepen-forever": _measure_case(_items_deepen_forever),
+    # The first problem in document order is the one reported.
+    "json-invalid-before-too-deep": _measure_case(lambda: [tool_use([{1, 2},
+                                                                     deep_list(1025)])]),
+    "json-too-deep-before-invalid": _measure_case(lambda: [tool_use([deep_list(1025),
+                                                                     {1, 2}])]),
+    "json-deep-1024-under-a-low-recursion-limit": _under_recursion_limit(
+        lambda frames: frames + 60,
+        _measure_case(lambda: [tool_use(deep_list(1024)), tool_use(deep_subclasses(1024))])),
+    "json-deep-1025-under-a-high-recursion-limit": _under_recursion_limit(
+        lambda frames: 200_000, _measure_case(lambda: [tool_use(deep_list(1025))])),
+    "json-subclasses-1025-under-a-high-recursion-limit": _under_recursion_limit(
+        lambda frames: 200_000, _measure_case(lambda: [tool_use(deep_subclasses(1025))])),
+    "compact-json-deep-1024": lambda kernel: len(kernel.compact_json(deep_list(1024))),
+    "compact-json-deep-1025": lambda kernel: kernel.compact_json(deep_list(1025)),
+    "compact-json-length-deep-1024": lambda kernel: kernel.compact_json_length(deep_dict(1024)),
+    "compact-json-length-deep-1025": lambda kernel: kernel.compact_json_length(deep_dict(1025)),
+}
+
+
 # Tool inputs of exact types, which the compiled kernel writes as JSON itself.
 JSON_VALUES: dict[str, Any] = {
     "json-int64-boundaries": [2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 0, -1, 2**64,
@@ -867,6 +978,7 @@ CASES: dict[str, Callable[[Any], Any]] = {
         {"type": "function_call_output", "output": "no id"},
     ]),
     "pairing-of-items-turned-junk": _pairing_after_change,
+    **JSON_DEPTH_CASES,
 
     "nesting-at-the-limit": _measure_case(lambda: [deep_tool_result(100)]),
     "nesting-past-the-limit": _measure_case(lambda: [deep_tool_result(101)]),

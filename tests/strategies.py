@@ -33,6 +33,11 @@ text_part = st.fixed_dictionaries(
 opaque_part = st.fixed_dictionaries(
     {"type": st.sampled_from(["image_url", "image", "input_audio", "file", "refusal"])}
 ) | st.just({"no_type": 1}) | st.just({"type": 7}) | st.fixed_dictionaries(
+    # A type that is not a str (a list or an object, which cannot even be hashed), beside the
+    # keys of the part it names: opaque all the same.
+    {"type": st.sampled_from([["text"], [], {"type": "tool_result"}, {}]), "text": text},
+    optional={"content": text, "tool_use_id": ids},
+) | st.fixed_dictionaries(
     {"type": st.just("redacted_thinking"), "data": text}
 ) | st.fixed_dictionaries({"type": st.just("compaction"), "content": text})
 thinking = st.fixed_dictionaries(

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contextpolicy._tables import MAX_JSON_DEPTH
 from contextpolicy.jsonl import files as jsonl_files
 from contextpolicy.jsonl.files import InputFile, dumps_exactly
 from contextpolicy.jsonl.runner import BATCH_BYTES
@@ -127,6 +128,53 @@ def test_nesting_up_to_what_orjson_reads_passes_and_beyond_is_a_line_error(workd
     failed = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out2.jsonl",
                  "--jobs", jobs, "-q", cwd=workdir)
     one_line_error(failed, "in.jsonl:6:1046: invalid JSON: depth limit exceeded")
+    assert not (workdir / "out2.jsonl").exists() and leftovers(workdir) == []
+
+
+@pytest.mark.parametrize("pure", ["0", "1"], ids=["compiled", "twin"])
+@pytest.mark.parametrize("jobs", JOBS)
+def test_tool_inputs_as_deep_as_a_line_holds_are_measured_exactly(workdir, jobs, pure):
+    # A line nests at most MAX_JSON_DEPTH levels, what orjson reads, and the kernels measure
+    # every value in it exactly: a tool input (5 levels inside its line) or a call's arguments
+    # (6 levels inside) filling the line to one level short of the limit, and to the limit, are
+    # written back whole with their chars in the report; one level more is the line's error.
+    def doc(kind: str, line_depth: int) -> dict:
+        if kind == "input":
+            call = {"role": "assistant", "content": [
+                {"type": "tool_use", "id": "t1", "name": "f", "input": nested(line_depth - 5)}]}
+            result = {"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "r"}]}
+        else:
+            call = {"role": "assistant", "content": None, "tool_calls": [
+                {"id": "c1", "type": "function",
+                 "function": {"name": "f", "arguments": nested(line_depth - 6)}}]}
+            result = {"role": "tool", "tool_call_id": "c1", "content": "r"}
+        return {"id": f"{kind}-{line_depth}", "messages": [SHORT[0], call, result, SHORT[1]]}
+
+    docs = [doc(kind, MAX_JSON_DEPTH + k) for kind in ("input", "arguments") for k in (-1, 0, 1)]
+    (workdir / "in.jsonl").write_bytes(b"".join(dumps_exactly(d) + b"\n" for d in docs))
+    env = {"CONTEXTPOLICY_PURE_PYTHON": pure}
+    skipped = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out.jsonl",
+                  "--report", "report.json", "--on-error", "skip", "--jobs", jobs, "-q",
+                  cwd=workdir, env=env)
+    assert skipped.returncode == 0, skipped.stderr
+    err = skipped.stderr.decode()
+    assert "in.jsonl:3: invalid JSON (depth limit exceeded" in err
+    assert "in.jsonl:6: invalid JSON (depth limit exceeded" in err
+    kept = [d for d in docs if int(d["id"].split("-")[1]) <= MAX_JSON_DEPTH]
+    assert (workdir / "out.jsonl").read_bytes() == b"".join(
+        dumps_exactly(d) + b"\n" for d in kept)
+    report = json.loads((workdir / "report.json").read_text())
+    chars = {c["id"]: c["report"]["before"]["chars"] for c in report["conversations"]}
+    # "Where is my order?" "It ships tomorrow." (the question), "f", "r", and the JSON: "leaf"
+    # in as many brackets as it nests.
+    for d in kept:
+        kind, depth = d["id"].split("-")
+        levels = int(depth) - (5 if kind == "input" else 6)
+        assert chars[d["id"]] == 18 + 18 + 1 + 1 + len('"leaf"') + 2 * levels, d["id"]
+    failed = run("reduce", "in.jsonl", "--policy", "policy.json", "-o", "out2.jsonl",
+                 "--jobs", jobs, "-q", cwd=workdir, env=env)
+    one_line_error(failed, "in.jsonl:3: invalid JSON (depth limit exceeded")
     assert not (workdir / "out2.jsonl").exists() and leftovers(workdir) == []
 
 

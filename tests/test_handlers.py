@@ -56,6 +56,7 @@ from contextpolicy.implementations import reduce as default_reduce
 from contextpolicy.report import CompressFigures
 
 from . import strategies
+from .hostile import LyingStr
 
 # The whole pipeline runs on the compiled kernel and on the twin: ids [c] and [py].
 pytestmark = pytest.mark.usefixtures("pipeline_kernel")
@@ -283,6 +284,113 @@ def run_checked(plan: ContextPlan, policy: dict, handlers: dict, *, aio: bool = 
     assert check_input_budget(result).chars == result.report.after.chars
     assert result.report.before.chars == before.report.before.chars
     return result, warnings_of(before)
+
+
+# ---------------------------------------------------------------------------------------------
+# Types, roles and ids read as the kernels read them: the text of a str, and nothing else
+
+# A part type that is not a str (a list or an object cannot even be hashed): an opaque part.
+ODD_TYPES = [["text"], {"type": "text"}, ["tool_result"], 7, None, 1.5]
+LONG = "x" * 400
+
+
+def odd_history(odd: object) -> list[dict]:
+    """A tool call and its result, with a part of type ``odd`` beside every text, each holding
+    the keys of the part it would be if its type were a str."""
+    return [
+        {"role": "user", "content": [{"type": odd, "text": LONG},
+                                     {"type": "text", "text": "question " + LONG}]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": "c1", "name": "search", "input": {"q": 1}},
+            {"type": odd, "id": "c2", "name": "search", "input": {"q": LONG}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "c1", "content": [
+            {"type": odd, "text": LONG, "tool_use_id": "c2"},
+            {"type": "text", "text": "result " + LONG}]}]},
+        {"role": "assistant", "content": [{"type": "text", "text": "answer " + LONG},
+                                          {"type": odd, "content": LONG}]},
+        {"role": "user", "content": "next"},
+        {"role": "assistant", "content": "ok"},
+    ]
+
+
+def odd_parts(messages: list[dict], odd: object) -> list[tuple[int, int, object]]:
+    """Every part whose type is ``odd``, where it is, read here."""
+    out = []
+    for i, m in enumerate(messages):
+        content = m.get("content")
+        parts = content if isinstance(content, list) else []
+        for j, part in enumerate(parts):
+            inner = part.get("content") if part.get("type") == "tool_result" else None
+            for k, p in enumerate(inner if isinstance(inner, list) else [part]):
+                if type(p.get("type")) is type(odd) and p.get("type") == odd:
+                    out.append((i, j * 10 + k, snapshot(p)))
+    return out
+
+
+@pytest.mark.parametrize("odd", ODD_TYPES, ids=repr)
+@pytest.mark.parametrize("handler_id", ["truncate-messages", "clear-tool-results", "summarize"])
+def test_a_part_whose_type_is_not_a_str_is_opaque_to_every_handler(handler_id, odd):
+    seen: list[str] = []
+
+    def summariser(text: str, target: int) -> str:
+        seen.append(text)
+        return "short"
+
+    handlers = {"truncate-messages": truncate_messages(max_chars=100),
+                "clear-tool-results": clear_tool_results(keep=0, min_chars=1, clear_inputs=True),
+                "summarize": summarize(summariser, min_target_chars=1)}
+    history = odd_history(odd)
+    result, warnings = run_checked(plan_of(history), compress_policy(handler_id, keep_groups=1),
+                                   {handler_id: handlers[handler_id]})
+    step = result.report.steps[0]
+    assert step.status == "applied", step
+    assert warnings_of(result) == warnings  # the pairing reads no id of an opaque part
+    out = result.plan.fragment("history").messages
+    if handler_id == "summarize":
+        assert "[part]" in seen[0] and "[called search(" in seen[0]
+        return
+    # Every text was handled, every opaque part left as it was, with all its keys.
+    assert odd_parts(out, odd) == (odd_parts(history, odd) if handler_id == "truncate-messages"
+                                   else [p for p in odd_parts(history, odd) if p[0] != 2])
+    if handler_id == "truncate-messages":
+        cut = [cut_text(t, 50, 25) if len(t) > 100 else t
+               for m in history for t in texts(m.get("content"))]
+        assert [t for m in out for t in texts(m.get("content"))] == cut
+        assert [len(t) for t in cut] == [len(cut_text(LONG, 50, 25))] * 3 + [4, 2]
+    else:  # the result (odd part and all) cleared, its call's input emptied
+        assert out[2]["content"][0]["content"] == [
+            {"type": "text", "text": PLACEHOLDER.format(chars=len("result " + LONG))}]
+        assert out[1]["content"][0]["input"] == {}
+
+
+def test_handlers_read_types_roles_and_ids_by_their_text():
+    # Called directly (not through process_context, which hands them plain copies): a str
+    # subclass that says it equals anything and a role that is not a str change nothing.
+    lying = LyingStr("image")
+    messages = [
+        {"role": "user", "content": [{"type": lying, "text": LONG},
+                                     {"type": LyingStr("text"), "text": LONG}]},
+        {"role": "assistant", "content": [
+            {"type": "tool_use", "id": LyingStr("c1"), "name": "search", "input": {}}]},
+        {"role": "user", "content": [{"type": LyingStr("tool_result"), "tool_use_id": "c1",
+                                      "content": LONG}]},
+        {"role": ["tool"], "tool_call_id": "c1", "content": LONG},
+        {"role": {"name": "tool"}, "content": [{"type": ["tool_result"], "content": LONG}]},
+    ]
+    given_copy = snapshot(messages)
+    cut = truncate_messages(max_chars=100).truncate(messages)
+    short = cut_text(LONG, 50, 25)
+    assert [p["text"] for p in cut[0]["content"]] == [LONG, short]  # an image, a text part
+    assert cut[2]["content"][0]["content"] == short  # a tool result's content
+    assert cut[4] is messages[4]  # its part is opaque
+    cleared = clear_tool_results(keep=0, min_chars=1, exclude_tools=("lookup",)).clear(messages)
+    # The one result answers the call by the id's text, so its tool is known and not excluded.
+    assert cleared[2]["content"][0]["content"] == PLACEHOLDER.format(chars=len(LONG))
+    assert [m is o for m, o in zip(cleared, messages, strict=True)] == [
+        True, True, False, True, True]
+    transcript = render_transcript(messages)
+    assert "[image]" in transcript and "['tool']: " in transcript
+    assert snapshot(messages) == given_copy
 
 
 # ---------------------------------------------------------------------------------------------

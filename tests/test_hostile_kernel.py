@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from contextpolicy._tables import MAX_NESTING
+from contextpolicy._tables import MAX_JSON_DEPTH, MAX_NESTING
 
-from .hostile import CASES, JSON_VALUES, compact_json
+from .hostile import CASES, JSON_VALUES, compact_json, json_cases_at
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -29,9 +29,11 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "nesting-100000": ("raised", "too-deep"),
     "content-contains-itself": ("raised", "too-deep"),
     "contents-contain-each-other": ("raised", "too-deep"),
-    "json-deep-1000": ("raised", "invalid-json"),
-    "json-deep-100000": ("raised", "invalid-json"),
-    "json-cyclic": ("raised", "invalid-json"),
+    # A tool input is measured at every depth up to MAX_JSON_DEPTH; deeper, or a value that
+    # contains itself, is too-deep (JSON_DEPTH_EXPECTED below: at and around the limit).
+    "json-deep-1000": ("value", [[4], [1 + 2 * 1000 + 1], [4], [0]]),
+    "json-deep-100000": ("raised", "too-deep"),
+    "json-cyclic": ("raised", "too-deep"),
     # "f" + '{"n":<61 digits>,"m":-18446744073709551616}'
     "json-huge-int": ("value", [[4], [1 + len(f'{{"n":{2**200},"m":{-(2**64)}}}')], [4], [0]]),
     "json-int-beyond-the-str-limit": ("raised", "invalid-json"),
@@ -89,7 +91,7 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     # Every key is read before the arguments run Python code: it is measured as the call it was.
     "item-turns-into-a-message-while-read": ("value", [[0, 0], [1 + len('{"q":1}'), 1], [4, 2],
                                                        [0, 0]]),
-    "item-json-arguments-deep": ("raised", "invalid-json"),
+    "item-json-arguments-deep": ("raised", "too-deep"),
     # Types and ids by the text a str subclass holds.
     "lying-str-item-type": ("value", [[0, 0, 0], [3, 2, 0], [2, 8, 0], [0, 0, 1]]),
     "lying-dict-item": ("value", [[0], [2], [4], [0]]),
@@ -248,6 +250,57 @@ EXPECTED: dict[str, tuple[str, Any]] = {
 }
 
 
+
+
+def _subclass_levels_chars(levels: int) -> int:
+    # deep_subclasses: a list subclass, a dict subclass ({"k":...}) and a tuple in turn, around
+    # "end".
+    return len('"end"') + sum((2, 6, 2)[k % 3] for k in range(levels))
+
+
+def _json_depth_expected(levels: int) -> dict[str, tuple[str, Any]]:
+    if levels > MAX_JSON_DEPTH:
+        return {name: ("raised", "too-deep") for name in json_cases_at(levels)}
+    text = "[" * levels + "1" + "]" * levels
+
+    def call(chars: int) -> list[list[int]]:  # a tool_use block named "f", or a call item
+        return [[4], [1 + chars], [4], [0]]
+
+    return {
+        f"json-deep-{levels}": ("value", call(len(text))),
+        f"json-deep-objects-{levels}": ("value", call(6 * levels + 1)),
+        f"json-deep-subclasses-{levels}": ("value", call(_subclass_levels_chars(levels))),
+        f"json-deep-{levels}-with-a-big-int-at-the-bottom": (
+            "value", call(2 * levels + len(str(2**70)))),
+        f"item-arguments-deep-{levels}": ("value", [[0], [len(text)], [4], [0]]),
+        f"item-input-deep-{levels}": ("value", [[0], [len(text)], [4], [0]]),
+        f"tool-call-arguments-deep-{levels}": ("value", call(len(text))),
+        f"json-pieces-deep-{levels}": (
+            "value", [["str", ascii("f")], *[["str", ascii(text)]] * 3, [2, 3, 4]]),
+    }
+
+
+JSON_DEPTH_EXPECTED: dict[str, tuple[str, Any]] = {
+    **_json_depth_expected(MAX_JSON_DEPTH - 1), **_json_depth_expected(MAX_JSON_DEPTH),
+    **_json_depth_expected(MAX_JSON_DEPTH + 1),
+    "json-list-contains-itself": ("raised", "too-deep"),
+    "json-subclass-contains-itself": ("raised", "too-deep"),
+    "json-items-deepen-forever": ("raised", "too-deep"),
+    "json-invalid-before-too-deep": ("raised", "invalid-json"),
+    "json-too-deep-before-invalid": ("raised", "too-deep"),
+    "json-deep-1024-under-a-low-recursion-limit": ("value", [
+        [4, 4], [1 + 2 * MAX_JSON_DEPTH + 1, 1 + _subclass_levels_chars(MAX_JSON_DEPTH)],
+        [4, 4], [0, 0]]),
+    "json-deep-1025-under-a-high-recursion-limit": ("raised", "too-deep"),
+    "json-subclasses-1025-under-a-high-recursion-limit": ("raised", "too-deep"),
+    "compact-json-deep-1024": ("value", 2 * MAX_JSON_DEPTH + 1),
+    "compact-json-deep-1025": ("raised", "too-deep"),
+    "compact-json-length-deep-1024": ("value", 6 * MAX_JSON_DEPTH + 1),
+    "compact-json-length-deep-1025": ("raised", "too-deep"),
+}
+EXPECTED.update(JSON_DEPTH_EXPECTED)
+
+
 def run_cases(names: list[str], env: dict[str, str] | None = None) -> dict[str, dict[str, Any]]:
     proc = subprocess.run(
         [sys.executable, "-m", "tests.hostile", *names], cwd=ROOT, capture_output=True,
@@ -298,6 +351,23 @@ def test_the_nesting_limit_is_named_in_the_error(outcomes):
     message = outcomes["nesting-past-the-limit"]["python"]["message"]
     assert f"deeper than {MAX_NESTING} levels" in message
     assert "content[0]." * MAX_NESTING in message  # the path says where
+
+
+@pytest.mark.parametrize("name, where", [
+    ("json-deep-1025", "fragments[h].messages[0].content[0].input"),
+    ("json-deep-subclasses-1025", "fragments[h].messages[0].content[0].input"),
+    ("item-arguments-deep-1025", "fragments[h].messages[0].arguments"),
+    ("item-input-deep-1025", "fragments[h].messages[0].input"),
+    ("tool-call-arguments-deep-1025", "fragments[h].messages[0].tool_calls[0].function.arguments"),
+    ("json-list-contains-itself", "fragments[h].messages[0].content[0].input"),
+])
+def test_the_json_depth_limit_is_named_in_the_error(outcomes, kernels, name, where):
+    # Where (fragment, message, field) and the limit, word for word on both kernels.
+    for kernel in kernels:
+        message = outcomes[name][kernel.IMPLEMENTATION]["message"]
+        assert message == (f"invalid context plan: {where}: the JSON value nests arrays and "
+                           f"objects deeper than {MAX_JSON_DEPTH} levels (or contains itself) "
+                           "[too-deep]")
 
 
 

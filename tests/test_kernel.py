@@ -158,13 +158,15 @@ def test_not_a_list(kernel):
     assert info.value.codes == ["invalid-messages"]
 
 
-def test_circular_tool_input_is_an_error(kernel):
+def test_circular_tool_input_is_too_deep(kernel):
+    # A value that contains itself nests without end: past the JSON depth limit.
     loop: dict = {}
     loop["self"] = loop
     msgs = [{"role": "assistant", "content": [{"type": "tool_use", "name": "f", "input": loop}]}]
     with pytest.raises(ContextPlanError) as info:
         kernel.measure_messages(msgs)
-    assert info.value.codes == ["invalid-json"]
+    assert info.value.codes == ["too-deep"]
+    assert info.value.issues[0].path == "messages[0].content[0].input"
 
 
 # ---------------------------------------------------------------------------------------------

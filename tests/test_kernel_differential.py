@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import sys
 from itertools import pairwise
 from typing import Any
 
@@ -17,6 +18,7 @@ from contextpolicy._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
+    MAX_JSON_DEPTH,
     ROLE_NAMES,
 )
 from contextpolicy.errors import ContextPlanError
@@ -422,7 +424,8 @@ def compact_json(value):
 
 # What the native writer must get right: every escape, the widest character of a value in any
 # place (a 1-byte key with a 4-byte value, a lone surrogate last), ints at the 64-bit edges
-# (which it writes) and past them (which go to the encoder), tuples, empty containers.
+# (which it writes) and past them (which go to the twin's writer), floats in every form repr
+# gives them and the three JSON has no number for, tuples, empty containers.
 edge_chars = st.sampled_from([
     "a", "é", "\xff", "\u0100", "\u2028", "\uffff", "\ud800", "\udfff", "\ud83d", "😀",
     "\U0010ffff", "\x00", "\x01", "\x08", "\t", "\n", "\x0b", "\x0c", "\r", "\x1f", "\x7f", '"',
@@ -433,8 +436,12 @@ edge_ints = st.sampled_from([
     0, -1, 9, 10, -10, 2**31, -(2**31), 2**63 - 1, -(2**63), 2**63, -(2**63) - 1, 2**64 - 1,
     2**64, -(2**64), 10**18, 10**19, -(10**19),
 ]) | st.integers(-(2**70), 2**70)
+edge_floats = st.sampled_from([
+    0.0, -0.0, 0.1, 1.5, 1e16, 1e-7, 1e300, -1e300, 5e-324, 1.7976931348623157e308,
+    123456789.125, float("nan"), float("inf"), float("-inf"),
+]) | st.floats()
 native_json = st.recursive(
-    st.none() | st.booleans() | edge_ints | edge_text,
+    st.none() | st.booleans() | edge_ints | edge_floats | edge_text,
     lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=4).map(tuple)
     | st.dictionaries(edge_text, inner, max_size=4),
     max_leaves=24,
@@ -496,17 +503,92 @@ def test_compact_json_is_json_dumps_on_both_kernels(differential, value, name):
     assert ends == list(itertools.accumulate(len(e) for _, e in places))
 
 
-@pytest.mark.parametrize("depth", range(58, 72))
-@pytest.mark.parametrize("leaf", ["é", "😀", 2**63 - 1, -(2**63), 2**64, None, ("\ud800", 1.5)])
-def test_compact_json_across_the_native_depth(differential, depth, leaf):
-    # The native writer hands a value deeper than its limit to the encoder: the same text either
-    # way, with the widest character at the bottom.
+@pytest.mark.parametrize("depth", [*range(28, 38), 62, 63, 64, 65, MAX_JSON_DEPTH - 2,
+                                   MAX_JSON_DEPTH - 1])  # (a tuple leaf is one level more)
+@pytest.mark.parametrize("leaf", ["é", "😀", 2**63 - 1, -(2**63), 2**64, None, ("\ud800", 1.5),
+                                  float("-inf")])
+def test_compact_json_across_the_writers_depths(differential, depth, leaf):
+    # The native writer keeps its first frames on the C stack and the others on the heap, and
+    # hands a value it does not write (an int past 64 bits) to the twin's writer: the same text
+    # every way, with the widest character at the bottom.
     value = leaf
     for level in range(depth):
         value = [value, "a"] if level % 2 else {"k": value, "😀" if level == 5 else "x": 1}
     pieces = differential("message_text_pieces", {"role": "assistant", "content": [
         {"type": "tool_use", "id": "t", "name": "f", "input": value}]})
-    assert pieces == ["f", compact_json(value)]
+    assert pieces == ["f", deep_compact_json(value)]
+
+
+def deep_compact_json(value):
+    # json.dumps of a value deeper than the interpreter's default stack lets it go.
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(limit + 4 * MAX_JSON_DEPTH)
+    try:
+        return compact_json(value)
+    finally:
+        sys.setrecursionlimit(limit)
+
+
+class SubStr(str):
+    def __eq__(self, other):  # never consulted: a value is read by its real storage
+        return False
+
+    __hash__ = str.__hash__
+
+
+class SubInt(int):
+    def __repr__(self):
+        return "lie"
+
+
+class SubFloat(float):
+    def __repr__(self):
+        return "lie"
+
+
+class SubList(list):
+    def __iter__(self):
+        return iter(())
+
+
+class SubTuple(tuple):
+    def __len__(self):
+        return 0
+
+
+class SubDict(dict):
+    """A dict subclass: json.dumps reads it through items()."""
+
+
+any_keys = edge_text | edge_ints | edge_floats | st.booleans() | st.none() | edge_text.map(SubStr)
+any_json = st.recursive(
+    st.none() | st.booleans() | edge_ints | edge_floats | edge_text | edge_text.map(SubStr)
+    | edge_ints.map(SubInt) | edge_floats.map(SubFloat) | st.just({1, 2}),
+    lambda inner: st.lists(inner, max_size=4) | st.lists(inner, max_size=3).map(tuple)
+    | st.lists(inner, max_size=3).map(SubList) | st.lists(inner, max_size=3).map(SubTuple)
+    | st.dictionaries(any_keys, inner, max_size=4)
+    | st.dictionaries(any_keys, inner, max_size=3).map(SubDict),
+    max_leaves=24,
+)
+
+
+@settings(max_examples=400, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(any_json)
+def test_compact_json_of_any_value_is_json_dumps_on_both_kernels(differential, value):
+    # Subclasses, keys that are numbers or constants, floats JSON has no number for, and values
+    # JSON cannot hold (an error naming what, as json.dumps names it), written without recursion.
+    try:
+        want = compact_json(value)
+    except (TypeError, ValueError) as exc:
+        for name in ("compact_json", "compact_json_length"):
+            with pytest.raises(ContextPlanError) as caught:
+                differential(name, value)
+            assert caught.value.codes == ["invalid-json"]
+            assert caught.value.issues[0].message == f"expected JSON-serialisable data ({exc})"
+        return
+    assert differential("compact_json", value) == want
+    assert differential("compact_json_length", value) == len(want)
 
 
 # ---------------------------------------------------------------------------------------------

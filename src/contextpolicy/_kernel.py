@@ -62,6 +62,8 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     string_ids = _impl.string_ids
     arrange_ids = _impl.arrange_ids
     json_string_lengths = _impl.json_string_lengths
+    compact_json = _impl.compact_json
+    compact_json_length = _impl.compact_json_length
     Utf8Error = _impl.Utf8Error
     pooled_arrays = _impl.pooled_arrays
     pool_stats = _impl.pool_stats

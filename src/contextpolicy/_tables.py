@@ -127,6 +127,18 @@ def missed_code(over_target: bool, failed: bool, floor: bool) -> int:
     return (over_target, failed, floor, True).index(True) + 1
 
 
+# How deep a value measured by its compact JSON (a tool_use input, non-string arguments) may
+# nest arrays and objects: 1,024 levels, the most orjson reads, so that every value a JSONL line
+# can hold is measured exactly. A deeper value, and one that contains itself, is a
+# ContextPlanError (too-deep) on both kernels, whatever the interpreter's stack allows.
+MAX_JSON_DEPTH: Final = 1024
+
+# JSON's whitespace (RFC 8259: space, tab, line feed, carriage return): what may surround a
+# value, and all a blank JSONL line may hold (empty, or only these; its line feed ends it). No
+# other byte is whitespace to JSON (a vertical tab, a form feed, U+0085 or U+00A0 in UTF-8):
+# a line holding one is a line, read as JSON like any other.
+JSON_WHITESPACE: Final = b" \t\n\r"
+
 # Message and part keys the kernels recognise, by their text, in one pass over a dict.
 KEYS: Final[tuple[str, ...]] = (
     "role", "content", "tool_calls", "type", "text", "name", "input", "function", "arguments",
@@ -146,6 +158,8 @@ def tables() -> dict[str, object]:
         "keys": list(KEYS),
         "max_nesting": MAX_NESTING,
         "missed": list(MISSED_REASONS),
+        "max_json_depth": MAX_JSON_DEPTH,
+        "json_whitespace": JSON_WHITESPACE,
     }
 
 
@@ -196,7 +210,13 @@ def c_header() -> str:
         f"#define CP_ITEM_UNKNOWN {ITEM_UNKNOWN}",
     ]
     out += [f"#define CP_GROUP_{_c_name(kind)} {code}" for kind, code in GROUPING_CODES.items()]
-    out += [f"#define CP_MAX_NESTING {MAX_NESTING}"]
+    out += [f"#define CP_MAX_NESTING {MAX_NESTING}",
+            f"#define CP_MAX_JSON_DEPTH {MAX_JSON_DEPTH}"]
+    space = " || ".join(f"(c) == {byte}" for byte in JSON_WHITESPACE)
+    out += [f"#define CP_JSON_WHITESPACE(c) ({space})",
+            f"#define CP_JSON_WHITESPACE_COUNT {len(JSON_WHITESPACE)}",
+            "static const unsigned char cp_json_whitespace[] = "
+            f"{{{', '.join(map(str, JSON_WHITESPACE))}}};"]
     out += [f"#define CP_MISSED_{_c_name(reason)} {code + 1}"
             for code, reason in enumerate(MISSED_REASONS)]
     out += ["#define CP_MISSED_NONE 0"]

@@ -21,11 +21,11 @@ import numpy as np
 import orjson
 
 from .. import _kernel
-from .._kernel_py import COMPACT_JSON as _COMPACT
 from .._tables import (
     FLAG_OPENS_TURN,
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
+    MAX_JSON_DEPTH,
     MISSED_REASONS,
     ROLE_FUNCTION,
     ROLE_OTHER,
@@ -53,6 +53,10 @@ FIGURE_COLUMNS = (
     "triggered", "target_reached", "missed_reason", "warnings", "path",
 )
 FAST, OBJECT = "columnar", "object"
+# How deep the functions here follow an Arrow type by recursion. A deeper type (a tool input
+# nested deeply) is left to Arrow's own functions and to the values, which the kernel measures
+# without recursion: what a table can hold is handled whatever the interpreter's stack allows.
+_TYPE_DEPTH = 64
 _FRAGMENTS = ("system", "history", "question")
 _WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call")  # reduce_rows' codes
 
@@ -240,14 +244,17 @@ def _digits(arr: Any) -> Any:
     return 1 + negative + np.searchsorted(_POWERS, magnitude, side="right")
 
 
-def _json_lengths(arr: Any) -> Any | None:
+def _json_lengths(arr: Any, depth: int = 0) -> Any | None:
     """Chars of the compact JSON of each value of ``arr`` as the object path writes it (the
     value Arrow gives back, ``null`` for a null), from the buffers: strings, integers, booleans
     and nulls, structs and lists of them. ``None`` for any other type (floats, whose shortest
-    form only Python writes, dates, binaries, maps, ...): the caller asks the values."""
+    form only Python writes, dates, binaries, maps, ...) and for a type nested deeper than
+    ``_TYPE_DEPTH``: the caller asks the values."""
     pa = _pa()
     t = arr.type
     n = len(arr)
+    if depth > _TYPE_DEPTH:
+        return None
     if pa.types.is_null(t):
         return np.full(n, 4, dtype=np.int64)
     if pa.types.is_boolean(t):
@@ -266,13 +273,13 @@ def _json_lengths(arr: Any) -> Any | None:
         for name in names:
             # A null struct's children are null (Arrow may leave them holding anything: a
             # dictionary index into an empty dictionary, say).
-            child = _json_lengths(_field(arr, name))
+            child = _json_lengths(_field(arr, name), depth + 1)
             if child is None:
                 return None
-            out += child + len(_COMPACT.encode(name)) + 1
+            out += child + _kernel.compact_json_length(name) + 1
     elif _is_list(t):
         offs, values = _offsets(arr)
-        child = _json_lengths(values)
+        child = _json_lengths(values, depth + 1)
         if child is None:
             return None
         count = np.diff(offs)
@@ -494,7 +501,7 @@ class _Measured:
                     lengths = None
                 if lengths is None:
                     try:
-                        lengths = [len(_COMPACT.encode(v)) for v in inputs.to_pylist()]
+                        lengths = [_kernel.compact_json_length(v) for v in inputs.to_pylist()]
                     except (TypeError, ValueError, RecursionError, pa.ArrowException):
                         unreadable[at] = True
                 if lengths is not None:
@@ -716,21 +723,17 @@ def _parse_json_fields(messages: Any, row: int, column: str, json_fields: set[st
 
 
 def _json(text: str, path: str) -> Any:
-    """``text`` parsed: by orjson, or (nesting deeper than orjson reads) by the standard
-    library as far as the interpreter's stack allows."""
-    import json
-
+    """``text`` parsed by orjson, which reads arrays and objects nested up to
+    ``MAX_JSON_DEPTH`` levels (a JSONL line's limit too); deeper is ``too-deep``."""
     try:
         return orjson.loads(text)
     except orjson.JSONDecodeError as exc:
-        if "depth" not in str(exc):
-            raise ContextPlanError(f"expected JSON text ({exc})", path=path,
-                                   code="invalid-json") from None
-    try:
-        return json.loads(text)
-    except RecursionError:
-        raise ContextPlanError("the JSON nests too deeply to be read", path=path,
-                               code="too-deep") from None
+        if "depth" in str(exc):
+            raise ContextPlanError(
+                f"the JSON text nests arrays and objects deeper than {MAX_JSON_DEPTH} levels",
+                path=path, code="too-deep") from None
+        raise ContextPlanError(f"expected JSON text ({exc})", path=path,
+                               code="invalid-json") from None
 
 
 def _row_error(exc: ContextPlanError, column: str, row: int) -> ContextPlanError:
@@ -832,16 +835,37 @@ def _ranges(starts: Any, lengths: Any) -> Any:
 
 
 def _map_type(t: Any, leaf: Callable[[Any], Any]) -> Any:
-    """``t`` with ``leaf`` applied to every type it holds (through structs and lists)."""
+    """``t`` with ``leaf`` applied to every type it holds (through structs and lists), with a
+    stack of its own: a type may nest as deeply as a tool input."""
     pa = _pa()
-    t = leaf(t)
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_map_type(f.type, leaf)) for f in t])
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_map_type(t.value_type, leaf)))
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_map_type(t.value_type, leaf)))
-    return t
+
+    def children(node: Any) -> list[Any]:
+        if pa.types.is_struct(node):
+            return [f.type for f in node]
+        if pa.types.is_list(node) or pa.types.is_large_list(node):
+            return [node.value_type]
+        return []
+
+    done: list[Any] = []  # the mapped types, each waiting for its parent
+    stack: list[tuple[Any, bool]] = [(t, False)]
+    while stack:
+        node, expanded = stack.pop()
+        if not expanded:
+            node = leaf(node)
+            inner = children(node)
+            stack.append((node, True))
+            stack += [(child, False) for child in reversed(inner)]
+            continue
+        n = len(children(node))
+        mapped, done[len(done) - n:] = done[len(done) - n:], []
+        if pa.types.is_struct(node):
+            node = pa.struct([f.with_type(m) for f, m in zip(node, mapped, strict=True)])
+        elif pa.types.is_list(node):
+            node = pa.list_(node.value_field.with_type(mapped[0]))
+        elif pa.types.is_large_list(node):
+            node = pa.large_list(node.value_field.with_type(mapped[0]))
+        done.append(node)
+    return done[0]
 
 
 def _storage(t: Any) -> Any:
@@ -965,12 +989,13 @@ def _copy(data: Any, byte_starts: Any, byte_stops: Any) -> Any:
 _BYTES_TYPES = ("is_string", "is_large_string", "is_binary", "is_large_binary")
 
 
-def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
+def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None, depth: int = 0) -> Any:
     """The elements of ``arr`` in the ranges ``[start, start + length)``, one after the other:
     a take by ranges, each range of each buffer copied in one piece (nested lists and structs
     by offset arithmetic down to their leaves). Types without a plain buffer layout (booleans,
-    dictionaries, views, unions) are taken element by element. ``indices``: the ranges'
-    elements, where the caller has them (a struct's children share them)."""
+    dictionaries, views, unions), and what lies deeper than ``_TYPE_DEPTH``, are taken element
+    by element. ``indices``: the ranges' elements, where the caller has them (a struct's
+    children share them)."""
     pa = _pa()
     t = arr.type
     total = int(lengths.sum())
@@ -984,11 +1009,12 @@ def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
         return indices
 
     if isinstance(t, pa.BaseExtensionType):
-        return pa.ExtensionArray.from_storage(t, _gather(arr.storage, starts, lengths, indices))
+        return pa.ExtensionArray.from_storage(t, _gather(arr.storage, starts, lengths, indices,
+                                                         depth + 1))
     is_bytes = any(getattr(pa.types, name)(t) for name in _BYTES_TYPES)
     fixed = (pa.types.is_integer(t) or pa.types.is_floating(t) or pa.types.is_temporal(t)
              or pa.types.is_decimal(t) or pa.types.is_fixed_size_binary(t))
-    if not (is_bytes or fixed or pa.types.is_struct(t) or _is_list(t)):
+    if depth > _TYPE_DEPTH or not (is_bytes or fixed or pa.types.is_struct(t) or _is_list(t)):
         return _take(arr, pa.array(elements(), type=pa.int64()))
     validity, null_count = None, 0
     if arr.null_count:
@@ -997,7 +1023,7 @@ def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
         validity = pa.py_buffer(bits)
     at = starts + arr.offset
     if pa.types.is_struct(t):
-        children = [_gather(arr.field(i), starts, lengths, indices)
+        children = [_gather(arr.field(i), starts, lengths, indices, depth + 1)
                     for i in range(t.num_fields)]
         return pa.Array.from_buffers(t, total, [validity], null_count, children=children)
     if fixed:
@@ -1015,7 +1041,7 @@ def _gather(arr: Any, starts: Any, lengths: Any, indices: Any = None) -> Any:
         data = _copy(data if data is not None else b"", lo, hi)
         return pa.Array.from_buffers(t, total, [validity, new_offsets, data], null_count)
     # A list: its values in the ranges its offsets give (absolute: ``values`` is unsliced).
-    values = _gather(arr.values, *_runs(lo, hi - lo))
+    values = _gather(arr.values, *_runs(lo, hi - lo), depth=depth + 1)
     return pa.Array.from_buffers(t, total, [validity, new_offsets], null_count,
                                  children=[values])
 

@@ -2,8 +2,11 @@
 kernels read: chat messages (``tool`` messages, ``tool_calls``), Anthropic blocks (``tool_use``,
 ``tool_result``) and OpenAI Responses items (``*_call`` and ``*_call_output`` by ``call_id``).
 
-Messages are read as the kernels classify them (``_tool_ids``), and a value's chars are counted
-by the live kernel, so a handler's figures are the ones the report measures.
+Messages are read as the kernels classify them (``_tool_ids``): a ``type``, a ``role`` or an id
+is the text of a str (a str subclass's own text, whatever its ``__eq__`` or ``__hash__`` say) and
+nothing else (a part whose ``type`` is a list, an object or a number is an opaque part, as the
+kernels count it); a value's chars are counted by the live kernel, so a handler's figures are
+the ones the report measures.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from .._read import exact_str
 from .._tables import (
     ITEM_CALL,
     ITEM_MESSAGE,
@@ -24,8 +28,8 @@ from .._tables import (
 )
 from .._tool_ids import item_code
 
-__all__ = ["CallSlot", "ResultSlot", "call_slots", "item_of", "result_slots", "text_part_type",
-           "value_chars"]
+__all__ = ["CallSlot", "ResultSlot", "call_slots", "item_of", "part_type", "result_slots",
+           "text_part_type", "text_of", "value_chars"]
 
 
 def item_of(message: Any) -> int:
@@ -42,8 +46,15 @@ def item_of(message: Any) -> int:
     return code
 
 
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def text_of(value: Any) -> str | None:
+    """``value`` as the kernels read a ``type``, ``role`` or id: the text of a str, else None."""
+    return exact_str(value) if isinstance(value, str) else None
+
+
+
+def part_type(part: dict[str, Any]) -> str | None:
+    """A content part's ``type`` as the kernels read it (``None``: not a str, an opaque part)."""
+    return text_of(part.get("type"))
 
 
 @dataclass(frozen=True)
@@ -67,7 +78,7 @@ class ResultSlot:
 
     def item_type(self, messages: list[Any]) -> str | None:
         """The Responses item type of an output item (``function_call_output``, ...)."""
-        return _str(messages[self.index].get("type")) if self.key == "output" else None
+        return text_of(messages[self.index].get("type")) if self.key == "output" else None
 
 
 @dataclass(frozen=True)
@@ -95,17 +106,17 @@ def result_slots(messages: list[Any]) -> list[ResultSlot]:
     for i, message in enumerate(messages):
         item = item_of(message)
         if item == ITEM_OUTPUT:
-            out.append(ResultSlot(i, None, "output", _str(message.get("call_id")), None))
+            out.append(ResultSlot(i, None, "output", text_of(message.get("call_id")), None))
             continue
         if item != ITEM_MESSAGE:
             continue
-        if message.get("role") in TOOL_RESULT_ROLES:
-            out.append(ResultSlot(i, None, "content", _str(message.get("tool_call_id")),
-                                  _str(message.get("name"))))
+        if text_of(message.get("role")) in TOOL_RESULT_ROLES:
+            out.append(ResultSlot(i, None, "content", text_of(message.get("tool_call_id")),
+                                  text_of(message.get("name"))))
             continue
         for j, part in _parts(message.get("content")):
-            if part.get("type") == TOOL_RESULT_PART:
-                out.append(ResultSlot(i, j, "content", _str(part.get("tool_use_id")), None))
+            if part_type(part) == TOOL_RESULT_PART:
+                out.append(ResultSlot(i, j, "content", text_of(part.get("tool_use_id")), None))
     return out
 
 
@@ -114,7 +125,8 @@ def call_slots(messages: list[Any]) -> Iterator[tuple[str | None, CallSlot]]:
     for i, message in enumerate(messages):
         item = item_of(message)
         if item == ITEM_CALL:
-            yield _str(message.get("call_id")), CallSlot(i, "item", 0, _str(message.get("name")))
+            yield text_of(message.get("call_id")), CallSlot(i, "item", 0,
+                                                             text_of(message.get("name")))
             continue
         if item != ITEM_MESSAGE:
             continue
@@ -123,11 +135,12 @@ def call_slots(messages: list[Any]) -> Iterator[tuple[str | None, CallSlot]]:
             for j, call in enumerate(calls):
                 if isinstance(call, dict):
                     fn = call.get("function")
-                    name = _str(fn.get("name")) if isinstance(fn, dict) else None
-                    yield _str(call.get("id")), CallSlot(i, "tool_calls", j, name)
+                    name = text_of(fn.get("name")) if isinstance(fn, dict) else None
+                    yield text_of(call.get("id")), CallSlot(i, "tool_calls", j, name)
         for j, part in _parts(message.get("content")):
-            if part.get("type") == TOOL_USE_PART:
-                yield _str(part.get("id")), CallSlot(i, "content", j, _str(part.get("name")))
+            if part_type(part) == TOOL_USE_PART:
+                yield text_of(part.get("id")), CallSlot(i, "content", j,
+                                                        text_of(part.get("name")))
 
 
 def value_chars(value: Any, key: str, item_type: str | None = None) -> int:
@@ -146,7 +159,7 @@ def value_chars(value: Any, key: str, item_type: str | None = None) -> int:
 def text_part_type(value: Any, default: str) -> str:
     """The type of the first text part of a list of parts (``default`` when there is none)."""
     for _, part in _parts(value):
-        kind = part.get("type")
-        if kind in TEXT_PART_TYPES:
-            return str(kind)
+        kind = part_type(part)
+        if kind is not None and kind in TEXT_PART_TYPES:
+            return kind
     return default

@@ -24,7 +24,15 @@ from typing import TYPE_CHECKING, Any
 from .._tables import TOOL_RESULT_PART, TOOL_USE_PART
 from ..content import plain_copy
 from ._base import BuiltinHandler
-from ._parts import CallSlot, ResultSlot, call_slots, result_slots, text_part_type, value_chars
+from ._parts import (
+    CallSlot,
+    ResultSlot,
+    call_slots,
+    part_type,
+    result_slots,
+    text_part_type,
+    value_chars,
+)
 from .params import CLEAR_TOOL_RESULTS, DEFAULT_PLACEHOLDER, ClearToolResultsParams, checked
 
 if TYPE_CHECKING:
@@ -131,7 +139,7 @@ def _holds_tool_blocks(value: Any) -> bool:
     """Content with ``tool_use`` or ``tool_result`` blocks of its own (only those nest): clearing
     it would take their ids, and so the pairing, with it."""
     return isinstance(value, list) and any(
-        isinstance(part, dict) and part.get("type") in (TOOL_USE_PART, TOOL_RESULT_PART)
+        isinstance(part, dict) and part_type(part) in (TOOL_USE_PART, TOOL_RESULT_PART)
         for part in value)
 
 

@@ -26,19 +26,21 @@ import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from .. import _kernel
 from .._tables import (
     ITEM_CALL,
     ITEM_MESSAGE,
     ITEM_OUTPUT,
     ITEM_REASONING,
+    MAX_JSON_DEPTH,
     TEXT_PART_TYPES,
     TOOL_RESULT_PART,
     TOOL_RESULT_ROLES,
     TOOL_USE_PART,
 )
-from ..errors import ContextCancelledError
+from ..errors import ContextCancelledError, ContextPlanError
 from ._base import BuiltinHandler
-from ._parts import item_of
+from ._parts import item_of, part_type, text_of
 from .params import DEFAULT_PREFIX, DEFAULT_PROMPT, SUMMARIZE, SummarizeParams, checked
 
 if TYPE_CHECKING:
@@ -60,12 +62,24 @@ def is_summary(message: Any) -> bool:
 
 
 def _json(value: Any) -> str:
+    """A tool input or arguments as a summariser reads them: the compact JSON the kernels
+    measure (at any depth they measure, without recursion); for a value JSON cannot hold, its
+    JSON with ``str()`` of what JSON cannot hold, or its ``str()``."""
     if isinstance(value, str):
         return value
     try:
+        return _kernel.compact_json(value)
+    except ContextPlanError as exc:
+        if "too-deep" in exc.codes:
+            return f"[{type(value).__name__} nested deeper than {MAX_JSON_DEPTH} levels]"
+    try:
         return json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=str)
     except (TypeError, ValueError, RecursionError):
+        pass
+    try:
         return str(value)
+    except RecursionError:
+        return f"[{type(value).__name__}]"
 
 
 def _text(value: Any, depth: int = 0) -> str:
@@ -83,7 +97,7 @@ def _text(value: Any, depth: int = 0) -> str:
             continue
         if not isinstance(part, dict):
             continue
-        kind = part.get("type")
+        kind = part_type(part)
         if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
             pieces.append(part["text"])
         elif kind == TOOL_USE_PART:
@@ -93,7 +107,7 @@ def _text(value: Any, depth: int = 0) -> str:
         elif kind in ("thinking", "redacted_thinking"):
             continue  # the model's private reasoning: not the conversation
         else:
-            pieces.append(f"[{kind if isinstance(kind, str) else 'part'}]")
+            pieces.append(f"[{kind if kind is not None else 'part'}]")
     return "\n".join(p for p in pieces if p)
 
 
@@ -107,9 +121,10 @@ def _line(message: Any) -> str | None:
     if item == ITEM_REASONING:
         return None
     if item != ITEM_MESSAGE:
-        kind = message.get("type") if isinstance(message, dict) else None
-        return f"[{kind}]" if isinstance(kind, str) else None
+        kind = text_of(message.get("type")) if isinstance(message, dict) else None
+        return f"[{kind}]" if kind is not None else None
     role = message.get("role")
+    name = text_of(role)
     text = _text(message.get("content"))
     if is_summary(message):
         return f"(summary of earlier messages) {text}"
@@ -120,10 +135,10 @@ def _line(message: Any) -> str | None:
             if isinstance(fn, dict):
                 text += ("\n" if text else "") + (
                     f"[called {fn.get('name')}({_json(fn.get('arguments', ''))})]")
-    if role in TOOL_RESULT_ROLES:
-        name = message.get("name")
-        return f"tool: [result{' of ' + name if isinstance(name, str) else ''}: {text}]"
-    return f"{role}: {text}"
+    if name in TOOL_RESULT_ROLES:
+        tool = text_of(message.get("name"))
+        return f"tool: [result{' of ' + tool if tool is not None else ''}: {text}]"
+    return f"{role if name is None else name}: {text}"
 
 
 def render_transcript(messages: list[Any]) -> str:

@@ -17,10 +17,10 @@ from __future__ import annotations
 import unicodedata
 from typing import TYPE_CHECKING, Any
 
-from .._tables import ITEM_MESSAGE, ITEM_OUTPUT, TEXT_PART_TYPES, TOOL_RESULT_PART
+from .._tables import ITEM_MESSAGE, ITEM_OUTPUT, MAX_NESTING, TEXT_PART_TYPES, TOOL_RESULT_PART
 from ..content import plain_copy
 from ._base import BuiltinHandler
-from ._parts import item_of
+from ._parts import item_of, part_type
 from .params import DEFAULT_MARKER, TRUNCATE_MESSAGES, TruncateMessagesParams, checked
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class TruncateMessages(BuiltinHandler):
                 if self._needs_cut(part, depth):
                     return True
             elif isinstance(part, dict):
-                kind = part.get("type")
+                kind = part_type(part)
                 if kind in _TEXT_PARTS and self._needs_cut(part.get("text"), depth):
                     return True
                 if kind == TOOL_RESULT_PART and self._needs_cut(part.get("content"), depth + 1):
@@ -140,7 +140,7 @@ class TruncateMessages(BuiltinHandler):
             if isinstance(part, str):
                 value[j] = self._cut_value(part, depth)
             elif isinstance(part, dict):
-                kind = part.get("type")
+                kind = part_type(part)
                 if kind in _TEXT_PARTS and isinstance(part.get("text"), str):
                     part["text"] = self._cut_value(part["text"], depth)
                 elif kind == TOOL_RESULT_PART and "content" in part:
@@ -149,7 +149,7 @@ class TruncateMessages(BuiltinHandler):
 
 
 # tool_result blocks nest at most this deep in a measured message (the kernels' limit).
-_MAX_DEPTH = 100
+_MAX_DEPTH = MAX_NESTING
 
 
 def truncate_messages(

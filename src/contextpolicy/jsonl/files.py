@@ -24,6 +24,7 @@ from typing import IO, Any, BinaryIO, NamedTuple, cast
 
 import orjson
 
+from .._tables import JSON_WHITESPACE, MAX_JSON_DEPTH
 from .diagnose import BOM
 
 __all__ = [
@@ -37,8 +38,6 @@ READ_BLOCK = 8 << 20
 SCAN_BLOCK = 64 << 10  # read at a time, looking for the end of a line
 MIN_RANGE = 64 << 10  # the smallest range handed out near the end of a file
 O_BINARY = getattr(os, "O_BINARY", 0)  # Windows
-# Deepest nesting orjson reads (and so the deepest a line can be that reaches the exact reader).
-MAX_DEPTH = 1024
 
 
 class FileError(Exception):
@@ -72,7 +71,9 @@ def reread_exactly(data: bytes | memoryview) -> Any:
     import json
 
     limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(limit + MAX_DEPTH + 64)  # orjson reads up to MAX_DEPTH levels
+    # orjson reads arrays and objects nested up to MAX_JSON_DEPTH levels (the JSON depth
+    # limit of the kernels), so the standard library gets the stack for as many.
+    sys.setrecursionlimit(limit + MAX_JSON_DEPTH + 64)
     try:
         return json.loads(bytes(data))
     except RecursionError:
@@ -140,6 +141,12 @@ def dumps_exactly(value: Any) -> bytes:
 
 # ---------------------------------------------------------------------------------------------
 # input
+
+# A blank line is empty or holds nothing but JSON whitespace (space, tab, carriage return; its
+# line feed ends it), and is skipped (it still counts for the line numbers). Any other line is
+# read as JSON, a vertical tab, a form feed or a non-breaking space alone among them: a bad line
+# then, never a blank one. Found without copying the line: a byte that is not JSON whitespace.
+NOT_BLANK = re.compile(b"[^" + re.escape(JSON_WHITESPACE) + b"]")
 
 
 class FileRange(NamedTuple):
@@ -214,8 +221,8 @@ def read_range(
     data: bytes | bytearray, task: FileRange,
 ) -> tuple[int, list[tuple[int, memoryview]], list[int]]:
     """``(lines in the range, [(line number within the range, line)], [where each line
-    starts])`` for the non-blank lines of a range held in ``data``. The lines are views:
-    nothing is copied."""
+    starts])`` for the lines of a range held in ``data`` that are not blank (see
+    ``NOT_BLANK``). The lines are views: nothing is copied."""
     view = memoryview(data)
     lines: list[tuple[int, memoryview]] = []
     starts: list[int] = []
@@ -226,21 +233,11 @@ def read_range(
         if stop < 0:
             stop = end
         number += 1
-        if stop > start and not _blank(view, start, stop):
+        if NOT_BLANK.search(data, start, stop):
             lines.append((number, view[start:stop]))
             starts.append(start)
         start = stop + 1
     return number, lines, starts
-
-
-_SPACE = frozenset(b" \t\n\r\x0b\x0c")
-
-
-def _blank(view: memoryview, start: int, stop: int) -> bool:
-    if view[start] not in _SPACE:  # a line that starts with anything else is not blank
-        return False
-    head = bytes(view[start:min(stop, start + 64)])
-    return head.isspace() and not bytes(view[start:stop]).strip()
 
 
 class _Prefixed:
@@ -362,7 +359,8 @@ class InputFile:
             raise FileError(f"{self.name}: cannot read ({exc.strerror or exc})") from None
 
     def lines(self) -> Iterator[tuple[int, bytes]]:
-        """``(line number, raw line)`` for every non-blank line, numbered from 1.
+        """``(line number, raw line)`` for every line that is not blank (``NOT_BLANK``),
+        numbered from 1.
 
         Read in large blocks and split: transcripts make long lines, which a line-by-line
         reader copies piecemeal. The blocks of a line longer than a block are kept as they come
@@ -386,12 +384,12 @@ class InputFile:
             for line in parts:
                 number += 1
                 self.position += len(line) + 1
-                if line and not line.isspace():
+                if NOT_BLANK.search(line):
                     yield number, line
         if pending:
             rest = b"".join(pending)
             self.position += len(rest)
-            if not rest.isspace():
+            if NOT_BLANK.search(rest):
                 yield number + 1, rest
 
     def _blocks(self) -> Iterator[bytes]:
