@@ -375,3 +375,23 @@ def test_new_messages_with_text_utf8_cannot_carry_are_refused():
         reduce_table(table, COMPRESS, handlers={"sum": handler})
     assert info.value.codes == ["invalid-utf8"]
     assert "'\\ud800'" in info.value.issues[0].message
+
+
+@pytest.mark.parametrize("strings", [pa.string(), pa.large_string(), pa.string_view()])
+def test_jsonl_lines_in_arrow_that_are_not_utf8_are_that_lines_error(strings):
+    # Ray Data's text column, read as the bytes it holds: one line that is not UTF-8 is that
+    # line's error, as on the command line, and the others are reduced.
+    from contextpolicy.batch.ray import ReduceLines
+    from contextpolicy.jsonl.runner import process_lines
+
+    lines = [b'{"messages":[{"role":"user","content":"hi"}]}',
+             b'{"messages":[{"role":"user","content":"' + TOKEN.encode() + b'"}]}',
+             b'{"messages":[{"role":"user","content":"yo"}]}']
+    table = with_bytes(pa.table({"text": pa.array([b.decode() for b in lines]).cast(strings)}),
+                       b"\xff")
+    out = ReduceLines(VALIDATE)(table)
+    bad = lines[1].replace(TOKEN.encode(), b"\xff".ljust(len(TOKEN), b"_"))
+    expected = list(process_lines([[(1, lines[0]), (2, bad), (3, lines[2])]], VALIDATE))
+    assert out.column("error").to_pylist() == [r.error for r in expected]
+    assert out.column("error")[1].as_py() is not None
+    assert out.column("text").to_pylist() == [lines[0].decode(), None, lines[2].decode()]
