@@ -2829,7 +2829,9 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
     for each name of ``PART_FIELDS``, ``None`` (missing, or not text) or ``(data, offsets,
     nulls)`` of a string child (``nulls``: a bool array, or ``None``). ``extra``: chars added
     per part, measured elsewhere (int64), and ``unreadable``: parts only the object path can
-    measure (bool); either may be ``None``."""
+    measure (bool); either may be ``None``. Every string of a field given that is not null is
+    checked as UTF-8, whatever the kind of its part (a ``Utf8Error`` names the field, the part
+    and the byte); only the field of the part's kind is counted."""
     if not 0 <= ntext <= 125:  # kinds are int8: up to ntext + 2
         raise ValueError(f"part_chars: ntext must lie in 0..125, got {ntext}")
     o_a = _offsets_array(part_offsets, -1, "part_chars", "part offsets")
@@ -2897,7 +2899,7 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
     cdef uint8_t[::1] bad = bad_a.view(np.uint8)
     cdef Py_ssize_t r, p, err_part = -1
     cdef int64_t a, b, lo, hi, count, total, ubad = 0
-    cdef int fault = 0, which = -1
+    cdef int fault = 0, which = -1, y
     cdef int8_t kd
     cdef uint8_t fl
     cdef bint unreadable_part
@@ -2920,9 +2922,10 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
                         break
                     total += add[p]
                 kd = kind[p]
+                x = -1  # the field this part's kind counts (none for an opaque part)
                 if kd < 0 or kd > ntext + 2:
-                    continue
-                if kd < ntext:
+                    pass
+                elif kd < ntext:
                     x = 0
                 elif kd == ntext:
                     x = 1
@@ -2932,29 +2935,36 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
                     fl |= F_CALLS
                 else:
                     x = 3
-                if not f[x].given or (f[x].nulls != NULL and f[x].nulls[p]):
-                    if _field_needed(x):
-                        unreadable_part = True
-                    continue
-                lo = _off(&f[x].offs, p)  # each offset read once: it may change meanwhile
-                hi = _off(&f[x].offs, p + 1)
-                if lo < 0 or lo > hi or hi > f[x].size:
-                    fault = 2
-                    which = x
+                # Every string the part holds in a field given is UTF-8, whatever its kind;
+                # only its kind's field is counted.
+                for y in range(4):
+                    if not f[y].given or (f[y].nulls != NULL and f[y].nulls[p]):
+                        if y == x and _field_needed(x):
+                            unreadable_part = True
+                        continue
+                    lo = _off(&f[y].offs, p)  # each offset read once: it may change meanwhile
+                    hi = _off(&f[y].offs, p + 1)
+                    if lo < 0 or lo > hi or hi > f[y].size:
+                        fault = 2
+                        which = y
+                        break
+                    if lo == hi:
+                        continue
+                    count = cp_utf8_count_in(f[y].data + lo, hi - lo, f[y].size - lo, &ubad)
+                    if count < 0:
+                        fault = 3
+                        which = y
+                        err_part = p
+                        ubad = lo + ubad
+                        break
+                    if y != x:
+                        continue
+                    if count > INT64_MAX - total:
+                        fault = 4
+                        break
+                    total += count
+                if fault:
                     break
-                if lo == hi:
-                    continue
-                count = cp_utf8_count_in(f[x].data + lo, hi - lo, f[x].size - lo, &ubad)
-                if count < 0:
-                    fault = 3
-                    which = x
-                    err_part = p
-                    ubad = lo + ubad
-                    break
-                if count > INT64_MAX - total:
-                    fault = 4
-                    break
-                total += count
             if fault:
                 break
             chars[r] = total
@@ -2971,6 +2981,79 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
     if fault == 4:
         raise ValueError("part_chars: extra must be >= 0, and a message's chars below 2**63")
     return chars_a, flags_a, bad_a
+
+
+def utf8_validate(data, offsets, nulls=None):
+    """Check that every string of an Arrow string array is UTF-8 (see the twin)."""
+    cdef const uint8_t[::1] buf = np.frombuffer(data, dtype=np.uint8)
+    cdef _Offs off
+    # Bound as they are (no pass to check them first): the loops below check each offset.
+    off_a = np.asarray(offsets)
+    if off_a.ndim != 1 or len(off_a) == 0:
+        raise ValueError("utf8_validate: expected a 1-d offsets array with at least one entry")
+    if off_a.dtype != np.int32 and off_a.dtype != np.int64:
+        raise TypeError(f"utf8_validate: expected int32 or int64 offsets, got {off_a.dtype}")
+    off_a = np.ascontiguousarray(off_a)
+    _bind_offsets(&off, off_a)
+    cdef Py_ssize_t r, n = off_a.shape[0] - 1
+    cdef const uint8_t* skip = NULL
+    cdef const uint8_t[::1] skip_v
+    if nulls is not None:
+        skip_a = _flags_array(nulls, n, "utf8_validate", "nulls")
+        skip_v = skip_a
+        skip = &skip_v[0] if n else NULL
+    cdef const uint8_t* base = &buf[0] if buf.shape[0] > 0 else NULL
+    cdef int64_t a, b, lo, hi, prev, limit = buf.shape[0], bad = 0, at = 0
+    cdef Py_ssize_t bad_row = -1
+    cdef bint moved = False, whole = True
+    with nogil:
+        # Each offset read once and checked as it is used: the array may change meanwhile.
+        lo = _off(&off, 0)
+        hi = _off(&off, n)
+        if lo < 0 or lo > hi or hi > limit:
+            moved = True
+        elif hi > lo and cp_utf8_count_in(base + lo, hi - lo, limit - lo, &bad) < 0:
+            whole = False
+        else:
+            # Valid UTF-8 cut where no continuation byte begins is valid in every piece.
+            prev = lo
+            for r in range(1, n):
+                a = _off(&off, r)
+                if a < prev or a > hi:
+                    moved = True
+                    break
+                if a < hi and (base[a] & 0xC0) == 0x80:
+                    whole = False
+                    break
+                prev = a
+        if not whole and not moved:
+            # Every offset in order first (as the twin checks them), then string by string
+            # (nulls skipped) for the first one at fault.
+            prev = lo
+            for r in range(1, n + 1):
+                a = _off(&off, r)
+                if a < prev or a > limit:
+                    moved = True
+                    break
+                prev = a
+        if not whole and not moved:
+            for r in range(n):
+                a = _off(&off, r)
+                b = _off(&off, r + 1)
+                if a < 0 or a > b or b > limit:
+                    moved = True
+                    break
+                if a == b or (skip != NULL and skip[r]):
+                    continue
+                if cp_utf8_count_in(base + a, b - a, limit - a, &bad) < 0:
+                    bad_row = r
+                    at = a
+                    break
+    if moved:
+        raise ValueError(f"utf8_validate: offsets must be non-decreasing and within 0..{limit}")
+    if bad_row >= 0:
+        raise Utf8Error(f"invalid UTF-8 in string {bad_row} at byte {at + bad}", bad_row,
+                        at + bad)
 
 
 def role_codes_utf8(data, offsets):

@@ -8,6 +8,10 @@ afresh for each kernel, measures it, takes its text pieces and checks its tool p
 it into a ``Measure`` and cuts, tails and pairs that, and splits and reduces it as a transcript
 (``reduce_transcript``) on every kernel, and exits non-zero at the first disagreement. It prints the number of cases run and the
 time taken. The test suite runs it in a subprocess, so a crash fails a test.
+
+Every other history that Arrow holds as a column is also reduced by ``batch.reduce_table`` with
+one of its strings (any field, any depth, any string type) made bytes that are not UTF-8: every kernel
+must raise the same ``invalid-utf8`` error, naming that string.
 """
 
 from __future__ import annotations
@@ -158,8 +162,118 @@ def _run(kernel: Any, history: list[Any], seed: int) -> Any:
     return [outcome(fn, kernel) for fn in (measure, measured, reduced)]
 
 
+# Six ASCII bytes replaced, in the bytes of an IPC stream, by bytes that are not UTF-8.
+TOKEN = "QZJXQZ"
+BAD_BYTES = [b"\xff", b"\xc3(", b"\xe2\x82", b"\xed\xa0\x80", b"\xc0\x80"]
+ARROW_POLICIES = [
+    {"mode": "validate"},
+    {"mode": "reduce", "triggerChars": 10, "targetInputChars": 5, "steps": [
+        {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 0,
+         "keepGroups": 0, "grouping": {"kind": "user-turn"}}]},
+]
+
+
+def _string_slots(value: Any, path: str, steps: tuple[Any, ...]) -> list[tuple[str, Any]]:
+    if isinstance(value, str):
+        return [(path, steps)]
+    out: list[tuple[str, Any]] = []
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if isinstance(key, str):
+                out += _string_slots(child, f"{path}.{key}", (*steps, key))
+    elif isinstance(value, list):
+        for i, child in enumerate(value):
+            out += _string_slots(child, f"{path}[{i}]", (*steps, i))
+    return out
+
+
+def _with_bad_string(history: list[Any], seed: int) -> tuple[Any, str] | None:
+    """The history as a one-row Arrow table whose string at one place (drawn from the seed)
+    holds bytes that are not UTF-8, and that place; ``None`` where Arrow holds no such
+    column (mixed types, lone surrogates, no string)."""
+    import pyarrow as pa
+
+    rng = random.Random(seed)
+    if not all(type(m) is dict for m in history):
+        return None
+    slots = _string_slots(history, "messages[0]", ())
+    if not slots:
+        return None
+    path, steps = rng.choice(slots)
+    row = json_copy(history)
+    if row is None:
+        return None
+    holder = row
+    for step in steps[:-1]:
+        holder = holder[step]
+    holder[steps[-1]] = TOKEN
+    try:
+        column = pa.array([row])
+        if not pa.types.is_struct(column.type.value_type):
+            return None
+        if rng.random() < 0.5:
+            column = column.cast(_strings_as(column.type, rng.choice(
+                [pa.large_string(), pa.string_view()])))
+        table = pa.table({"messages": column})
+        sink = pa.BufferOutputStream()
+        with pa.ipc.new_stream(sink, table.schema) as writer:
+            writer.write_table(table)
+    except (pa.ArrowException, OverflowError, UnicodeEncodeError, TypeError, ValueError):
+        return None
+    raw = sink.getvalue().to_pybytes()
+    if raw.count(TOKEN.encode()) != 1:
+        return None
+    bad = rng.choice(BAD_BYTES).ljust(len(TOKEN), b"_")
+    return pa.ipc.open_stream(raw.replace(TOKEN.encode(), bad)).read_all(), path
+
+
+def json_copy(value: Any) -> Any:
+    import json
+
+    try:
+        return json.loads(json.dumps(value))
+    except (TypeError, ValueError, RecursionError):
+        return None
+
+
+def _strings_as(t: Any, strings: Any) -> Any:
+    import pyarrow as pa
+
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(_strings_as(f.type, strings)) for f in t])
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(_strings_as(t.value_type, strings)))
+    return strings if pa.types.is_string(t) else t
+
+
+def check_arrow(history: list[Any], seed: int) -> None:
+    from contextpolicy import _kernel
+    from contextpolicy.batch import reduce_table
+
+    made = _with_bad_string(history, seed)
+    if made is None:
+        return
+    table, path = made
+    ARROW[0] += 1
+    policy = ARROW_POLICIES[seed % len(ARROW_POLICIES)]
+    results = {}
+    for name, k in _kernel.available_kernels().items():
+        previous = _kernel.use(k)
+        try:
+            results[name] = outcome(lambda _k: reduce_table(table, policy).figures.to_pylist(),
+                                    k)
+        finally:
+            _kernel.use(previous)
+    first = next(iter(results.values()))
+    assert all(r == first for r in results.values()), f"seed {seed}: {results}"
+    assert first.get("codes") == ["invalid-utf8"], f"seed {seed}: {path}: {results}"
+    assert first["message"].startswith(f"invalid context plan: {path}: holds bytes that are "
+                                       "not UTF-8"), f"seed {seed}: {path}: {results}"
+
+
 COUNT = [0]
 RAISED = [0]
+ARROW = [0]
 
 
 def check(history: list[Any], seed: int) -> None:
@@ -174,6 +288,8 @@ def check(history: list[Any], seed: int) -> None:
             if "raised" in each:
                 assert each["raised"] in ("ContextPlanError",), (name, result)
     RAISED[0] += "raised" in first[0]
+    if seed % 2 == 0:  # half the histories, so the run keeps its pace
+        check_arrow(history, seed)
 
 
 def main(examples: int) -> None:
@@ -187,7 +303,8 @@ def main(examples: int) -> None:
     )(given(histories, st.integers(0, 2**32 - 1))(check))
     test()
     print(f"{COUNT[0]} hostile histories ({RAISED[0]} rejected with a ContextPlanError, the "
-          f"same on every kernel), {time.perf_counter() - started:.1f} s")
+          f"same on every kernel; {ARROW[0]} as Arrow columns with a string that is not UTF-8, "
+          f"named alike), {time.perf_counter() - started:.1f} s")
 
 
 if __name__ == "__main__":

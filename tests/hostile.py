@@ -937,6 +937,28 @@ CASES: dict[str, Callable[[Any], Any]] = {
         "utf8_lengths", b"ab", np.array([0, 2, -2**31], dtype=np.int32)),
     "json-string-lengths-offsets-that-wrap": _kernel_call(
         "json_string_lengths", b"ab", np.array([0, 2, -2**63], dtype=np.int64)),
+    "utf8-validate-offsets-flipped-by-a-thread": _flipping(
+        lambda k, offs: k.utf8_validate(_WORDS.encode(), offs), [0, 6, 13], 1, 6, 10**12,
+        {repr(None), "utf8_validate: offsets must be non-decreasing and within 0..13"}),
+    "utf8-validate-offsets-that-wrap": lambda kernel: _caught(lambda: kernel.utf8_validate(
+        b"ab", np.array([0, 2, -2**31], dtype=np.int32))),
+    # Offsets that decrease are named before a string that is not UTF-8 (both kernels check
+    # every offset before they look for the string at fault).
+    "utf8-validate-offsets-that-decrease-after-a-bad-string": lambda kernel: _caught(
+        lambda: kernel.utf8_validate(b"\xffab", np.array([0, 2, 1, 3]))),
+    "utf8-validate-nulls-of-a-wrong-length": lambda kernel: _caught(
+        lambda: kernel.utf8_validate(b"ab", np.array([0, 1, 2]), np.array([True]))),
+    # Every byte is UTF-8 taken together, but "é" is cut in two: both strings are at fault.
+    "utf8-validate-a-character-cut-between-strings": lambda kernel: _caught(
+        lambda: kernel.utf8_validate("é".encode(), np.array([0, 1, 2]))),
+    # A null holds no string: what its bytes are is no fault; the next string's is.
+    "utf8-validate-bytes-under-a-null": lambda kernel: [_caught(
+        lambda: kernel.utf8_validate(b"ok\xff\xfe", np.array([0, 2, 3, 4]), nulls))
+        for nulls in (np.array([False, True, True]), np.array([False, True, False]))],
+    # A text part's name is checked too, though only a tool_use's name is counted.
+    "part-chars-invalid-utf-8-in-a-field-its-kind-does-not-count": _part_chars(
+        np.array([0, 0], dtype=np.int8), ((b"ab", np.array([0, 1, 2]), None), None,
+                                          (b"f\xc3", np.array([0, 1, 2]), None), None)),
     "trim-cut-many-offsets-that-wrap": _kernel_call(
         "trim_cut_many", np.array([0, 2, -2**31], dtype=np.int32), np.ones(2, dtype=np.uint8),
         np.ones(2, dtype=np.int64), 0, 0),

@@ -798,7 +798,7 @@ def test_bytes_that_are_not_utf8_in_a_text_part_or_a_call_are_named_too():
                                       _conversation_column(content))
     with pytest.raises(ContextPlanError) as info:
         reduce_table(pa.table({"messages": column}), POLICY)
-    assert [i.path for i in info.value.issues] == ["messages[0][1].content"]
+    assert [i.path for i in info.value.issues] == ["messages[0][1].content[0].text"]
     function = pa.StructArray.from_arrays([pa.array(["f", "g"]), _not_utf8([b"{}", b"{\xe2}"])],
                                           names=["name", "arguments"])
     calls = pa.StructArray.from_arrays([pa.array(["c1", "c2"]), function],
@@ -808,4 +808,5 @@ def test_bytes_that_are_not_utf8_in_a_text_part_or_a_call_are_named_too():
         pa.array(["q", "a"]), {"tool_calls": tool_calls}))
     with pytest.raises(ContextPlanError) as info:
         reduce_table(pa.table({"messages": column}), POLICY)
-    assert [i.path for i in info.value.issues] == ["messages[0][1].tool_calls"]
+    assert [i.path for i in info.value.issues] == [
+        "messages[0][1].tool_calls[1].function.arguments"]

@@ -232,6 +232,19 @@ EXPECTED: dict[str, tuple[str, Any]] = {
         "ValueError", "utf8_lengths: offsets must be non-decreasing and within 0..2"]),
     "json-string-lengths-offsets-that-wrap": ("value", [
         "ValueError", "json_string_lengths: offsets must be non-decreasing and within 0..2"]),
+    "utf8-validate-offsets-flipped-by-a-thread": ("value", []),
+    "utf8-validate-offsets-that-wrap": ("value", [
+        "ValueError", "utf8_validate: offsets must be non-decreasing and within 0..2"]),
+    "utf8-validate-offsets-that-decrease-after-a-bad-string": ("value", [
+        "ValueError", "utf8_validate: offsets must be non-decreasing and within 0..3"]),
+    "utf8-validate-nulls-of-a-wrong-length": ("value", [
+        "ValueError", "utf8_validate: expected 2 nulls, got 1"]),
+    "utf8-validate-a-character-cut-between-strings": ("value", [
+        "Utf8Error", "invalid UTF-8 in string 0 at byte 0"]),
+    "utf8-validate-bytes-under-a-null": ("value", [
+        ["value", None], ["Utf8Error", "invalid UTF-8 in string 2 at byte 3"]]),
+    "part-chars-invalid-utf-8-in-a-field-its-kind-does-not-count": ("value", [
+        "Utf8Error", "invalid UTF-8 in name of part 1 at byte 1"]),
     "trim-cut-many-offsets-that-wrap": ("value", [
         "ValueError", "trim_cut_many: offsets must be non-decreasing and within 0..2"]),
     "reduce-lines-starts-flipped-by-a-thread": ("value", []),

@@ -114,6 +114,46 @@ def test_utf8_lengths_agree_on_arbitrary_bytes(differential, data, cuts):
         assert counts[r] == len(data[offsets[r]:offsets[r + 1]].decode("utf-8"))
 
 
+# Bytes of strings: mostly UTF-8 (ASCII runs long enough for the kernel's blocks, multi-byte
+# characters, sequences that are not UTF-8), cut anywhere (inside a character too).
+utf8_pieces = st.lists(st.sampled_from([
+    b"a" * 40, b"hello", "é".encode(), "😀".encode(), "€".encode(), b"\xff", b"\xc3(",
+    b"\xed\xa0\x80", b"\xf4\x90\x80\x80", b"\xe2\x82", b"\x80", b""]), max_size=30)
+
+
+@SETTINGS
+@given(utf8_pieces, st.lists(st.integers(0, 2000), max_size=12), st.data())
+def test_utf8_validate_agrees_and_checks_every_string_not_null(differential, pieces, cuts,
+                                                                data):
+    buf = b"".join(pieces)
+    offsets = np.array(sorted({0, len(buf), *[c for c in cuts if c <= len(buf)]}),
+                       dtype=data.draw(st.sampled_from([np.int32, np.int64])))
+    n = len(offsets) - 1
+    nulls = data.draw(st.none() | st.lists(st.booleans(), min_size=n, max_size=n).map(
+        lambda v: np.array(v, dtype=bool)))
+    strings = [buf[offsets[r]:offsets[r + 1]] for r in range(n)]
+
+    def valid(raw: bytes) -> bool:
+        try:
+            raw.decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+        return True
+
+    at_fault = [r for r in range(n) if not (nulls is not None and nulls[r])
+                and not valid(strings[r])]
+    try:
+        differential("utf8_validate", buf, offsets, nulls)
+    except ValueError as exc:
+        assert at_fault and exc.index == at_fault[0]
+        raw = strings[exc.index]
+        with pytest.raises(UnicodeDecodeError) as decoded:
+            raw.decode("utf-8")
+        assert exc.byte == int(offsets[exc.index]) + decoded.value.start
+        return
+    assert not at_fault
+
+
 @SETTINGS
 @given(st.lists(st.sampled_from([*ROLE_NAMES, "User", "toolx", ""]) | text, max_size=30))
 def test_role_codes_agree(differential, roles):

@@ -53,6 +53,7 @@ if TYPE_CHECKING:  # the annotated twin is the type surface; use() binds the liv
     trim_cut = _impl.trim_cut
     trim_cut_many = _impl.trim_cut_many
     utf8_lengths = _impl.utf8_lengths
+    utf8_validate = _impl.utf8_validate
     gather_bytes = _impl.gather_bytes
     gather_bits = _impl.gather_bits
     gather_offsets = _impl.gather_offsets

@@ -90,6 +90,7 @@ __all__ = [
     "trim_cut",
     "trim_cut_many",
     "utf8_lengths",
+    "utf8_validate",
     "gather_bytes",
     "gather_bits",
     "gather_offsets",
@@ -1541,7 +1542,9 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
     for each name of ``PART_FIELDS``, ``None`` (missing, or not text) or ``(data, offsets,
     nulls)`` of a string child (``nulls``: a bool array, or ``None``). ``extra``: chars added
     per part, measured elsewhere (int64), and ``unreadable``: parts only the object path can
-    measure (bool); either may be ``None``."""
+    measure (bool); either may be ``None``. Every string of a field given that is not null is
+    checked as UTF-8, whatever the kind of its part (a ``Utf8Error`` names the field, the part
+    and the byte); only the field of the part's kind is counted."""
     ntext = _c_int(ntext, "Py_ssize_t")
     if not 0 <= ntext <= 125:  # kinds are int8: up to ntext + 2
         raise ValueError(f"part_chars: ntext must lie in 0..125, got {ntext}")
@@ -1597,9 +1600,10 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
                                      "below 2**63")
                 total += add[p]
             kd = kind[p]
+            x = -1  # the field this part's kind counts (none for an opaque part)
             if kd < 0 or kd > ntext + 2:
-                continue
-            if kd < ntext:
+                pass
+            elif kd < ntext:
                 x = 0
             elif kd == ntext:
                 x = 1
@@ -1609,29 +1613,73 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
                 fl |= FLAG_TOOL_CALLS
             else:
                 x = 3
-            field = given[x]
-            if field is None or (field[2] is not None and field[2][p]):
-                if _FIELD_NEEDED[x]:
-                    unreadable_part = True
-                continue
-            raw, bounds_of = field[0], field[1]
-            lo, hi = bounds_of[p], bounds_of[p + 1]
-            if lo < 0 or lo > hi or hi > len(raw):
-                raise ValueError(f"part_chars: {PART_FIELDS[x]} offsets must be "
-                                 f"non-decreasing and within 0..{len(raw)}")
-            if lo == hi:
-                continue
-            try:
-                count = len(str(raw[lo:hi], "utf-8"))
-            except UnicodeDecodeError as exc:
-                raise Utf8Error(f"invalid UTF-8 in {PART_FIELDS[x]} of part {p} at byte "
-                                f"{lo + exc.start}", p, lo + exc.start) from None
-            if count > 2**63 - 1 - total:
-                raise ValueError("part_chars: extra must be >= 0, and a message's chars "
-                                 "below 2**63")
-            total += count
+            # Every string the part holds in a field given is UTF-8, whatever its kind; only
+            # its kind's field is counted.
+            for y, field in enumerate(given):
+                if field is None or (field[2] is not None and field[2][p]):
+                    if y == x and _FIELD_NEEDED[x]:
+                        unreadable_part = True
+                    continue
+                raw, bounds_of = field[0], field[1]
+                lo, hi = bounds_of[p], bounds_of[p + 1]
+                if lo < 0 or lo > hi or hi > len(raw):
+                    raise ValueError(f"part_chars: {PART_FIELDS[y]} offsets must be "
+                                     f"non-decreasing and within 0..{len(raw)}")
+                if lo == hi:
+                    continue
+                try:
+                    count = len(str(raw[lo:hi], "utf-8"))
+                except UnicodeDecodeError as exc:
+                    raise Utf8Error(f"invalid UTF-8 in {PART_FIELDS[y]} of part {p} at byte "
+                                    f"{lo + exc.start}", p, lo + exc.start) from None
+                if y != x:
+                    continue
+                if count > 2**63 - 1 - total:
+                    raise ValueError("part_chars: extra must be >= 0, and a message's chars "
+                                     "below 2**63")
+                total += count
         chars[r], flags[r], bad[r] = total, fl, unreadable_part
     return chars, flags, bad
+
+
+def utf8_validate(data: Any, offsets: npt.NDArray[Any], nulls: Any = None) -> None:
+    """Check that every string of an Arrow string array (UTF-8 ``data`` + ``offsets``) that is
+    not null (``nulls``: a bool array, or ``None``) is UTF-8; ``Utf8Error`` names the first
+    that is not and the absolute offset of the first byte of its invalid sequence.
+
+    The bytes of all strings are checked at once, and each string's first byte: UTF-8 cut where
+    no continuation byte begins is UTF-8 in every piece. Only when that fails are the strings
+    checked one by one, for the first at fault (a null's bytes are not a string: bytes that are
+    not UTF-8 there are no fault)."""
+    buf = np.frombuffer(data, dtype=np.uint8)
+    offsets = np.array(np.asarray(offsets), copy=True)  # read once: checked as it is used
+    if offsets.ndim != 1 or len(offsets) == 0:
+        raise ValueError("utf8_validate: expected a 1-d offsets array with at least one entry")
+    if offsets.dtype not in (np.int32, np.int64):
+        raise TypeError(f"utf8_validate: expected int32 or int64 offsets, got {offsets.dtype}")
+    n = len(offsets) - 1
+    skip = _flags_array(nulls, n, "utf8_validate", "nulls") if nulls is not None else None
+    _check_offsets(offsets, len(buf), "utf8_validate")
+    raw = memoryview(buf.tobytes()) if not buf.flags.c_contiguous else memoryview(buf.data)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    try:
+        str(raw[lo:hi], "utf-8")
+    except UnicodeDecodeError:
+        pass
+    else:
+        starts = offsets[1:-1]
+        starts = starts[starts < hi]
+        if not np.any((buf[starts] & 0xC0) == 0x80):
+            return
+    bounds = offsets.tolist()
+    for r in range(n):
+        start, end = bounds[r], bounds[r + 1]
+        if start == end or (skip is not None and skip[r]):
+            continue
+        try:
+            str(raw[start:end], "utf-8")
+        except UnicodeDecodeError as exc:
+            raise _utf8_error(r, start + exc.start) from None
 
 
 def role_codes_utf8(data: Any, offsets: npt.NDArray[Any]) -> npt.NDArray[np.int8]:

@@ -134,9 +134,15 @@ class ReduceLines:
         import pyarrow as pa
 
         table = batch if isinstance(batch, pa.Table) else pa.Table.from_batches([batch])
-        texts = table.column(self.column).to_pylist()
-        lines = [(k + 1, (text or "").encode("utf-8", "surrogatepass"))
-                 for k, text in enumerate(texts)]
+        column = table.column(self.column)
+        # The lines' bytes as they are (no decoding): a line that is not UTF-8 is that line's
+        # error, as on the command line, not the whole batch's.
+        raw = _BYTES_OF.get(str(column.type))
+        if raw is not None:
+            texts = column.cast(getattr(pa, raw)()).to_pylist()
+        else:
+            texts = [(t or "").encode("utf-8", "surrogatepass") for t in column.to_pylist()]
+        lines = [(k + 1, text or b"") for k, text in enumerate(texts)]
         _, results = self.worker.batch(lines)
         out, errors, rows = [], [], []
         for r in results:
@@ -156,6 +162,11 @@ class ReduceLines:
         table = table.set_column(index, self.column, pa.array(out, pa.string()))
         table = table.append_column("error", pa.array(errors, pa.string()))
         return table.append_column("figures", pa.array(rows, _figures_type()))
+
+
+# The type of a text column's bytes, by the column's type (a cast that reads no byte).
+_BYTES_OF = {"string": "binary", "large_string": "large_binary", "string_view": "binary_view",
+             "binary": "binary", "large_binary": "large_binary"}
 
 
 @functools.cache

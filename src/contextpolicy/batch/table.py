@@ -41,6 +41,8 @@ from ..errors import ContextPlanError, ContextPolicyError, Issue
 from ..plan import ContextPlan
 from ..policy import ReducePolicy
 from ..prepared import PreparedPolicy, prepare_policy
+from .checks import check_utf8
+from .exact import first_difference
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -164,11 +166,56 @@ def _buffers(arr: Any) -> tuple[Any, Any]:
     return (data if data is not None else b""), offs
 
 
-def _lengths(arr: Any) -> Any:
+class _Counted:
+    """The string arrays whose strings the kernel has read while it counted them (it checks
+    UTF-8 as it counts), so that the check of the whole column does not read them again. An
+    array is known by its buffers and its slice, and where the count skipped nulls, by its
+    validity too; each is held until the column is checked, so no address is used again."""
+
+    def __init__(self) -> None:
+        self._held: dict[tuple[int, ...], Any] = {}
+
+    @staticmethod
+    def _key(arr: Any, validity: bool) -> tuple[int, ...]:
+        bits, offsets, data = arr.buffers()[:3]
+        return (data.address if data is not None else 0, offsets.address, arr.offset, len(arr),
+                (bits.address if bits is not None else 0) if validity else -1)
+
+    def add(self, arr: Any, *, nulls_skipped: bool) -> None:
+        if _pa().types.is_string(arr.type) or _pa().types.is_large_string(arr.type):
+            self._held[self._key(arr, nulls_skipped)] = arr
+
+    def __call__(self, arr: Any) -> bool:
+        """Whether the strings of ``arr`` that are not null were read already."""
+        pa = _pa()
+        if not (pa.types.is_string(arr.type) or pa.types.is_large_string(arr.type)):
+            return False
+        return self._key(arr, False) in self._held or self._key(arr, True) in self._held
+
+
+def _counts(count: Callable[[Any, Any], Any], arr: Any, counted: _Counted | None) -> Any:
+    """``count(data, offsets)`` of a string or large_string array: the kernel's figure of each
+    string. A null holds no string: bytes that are not UTF-8 under a null (Arrow leaves them
+    as a writer left them) are not counted, and no error."""
+    data, offs = _buffers(arr)
+    try:
+        out = count(data, offs)
+    except _kernel.Utf8Error as exc:
+        if not (arr.null_count and _nulls(arr)[exc.index]):
+            raise
+        out = count(*_buffers(arr.fill_null("")))
+        if counted is not None:
+            counted.add(arr, nulls_skipped=True)
+        return out
+    if counted is not None:
+        counted.add(arr, nulls_skipped=False)
+    return out
+
+
+def _lengths(arr: Any, counted: _Counted | None = None) -> Any:
     """Code points of each string of ``arr`` (0 where null), straight from its UTF-8."""
     arr = _strings(arr)
-    data, offs = _buffers(arr)
-    counts = _kernel.utf8_lengths(data, offs)
+    counts = _counts(_kernel.utf8_lengths, arr, counted)
     if arr.null_count:
         counts[_nulls(arr)] = 0
     return counts
@@ -264,7 +311,7 @@ def _json_lengths(arr: Any, depth: int = 0) -> Any | None:
     elif _text_type(t):
         # Decoded first: a dictionary's own values may be null where its indices are not.
         arr = _strings(arr)
-        out = _kernel.json_string_lengths(*_buffers(arr))
+        out = _counts(_kernel.json_string_lengths, arr, None)
     elif pa.types.is_struct(t):
         names = [f.name for f in t]
         if len(set(names)) != len(names):  # a dict keeps one of each: the values say which
@@ -313,7 +360,7 @@ def _string_field(arr: Any) -> tuple[Any, Any, Any]:
     return data, offs, (_nulls(arr) if arr.null_count else None)
 
 
-def _text_chars(parts: Any, is_text: Any, unreadable: Any) -> Any:
+def _text_chars(parts: Any, is_text: Any, unreadable: Any, counted: _Counted) -> Any:
     """Chars of the text parts (0 for the others); a text part without text is marked in
     ``unreadable`` (the object path says what it holds)."""
     text = _field(parts, "text")
@@ -323,7 +370,7 @@ def _text_chars(parts: Any, is_text: Any, unreadable: Any) -> Any:
     text = _strings(text)  # a dictionary's null values are nulls too
     if text.null_count:
         unreadable |= is_text & _nulls(text)
-    return np.where(is_text, _lengths(text), 0)
+    return np.where(is_text, _lengths(text, counted), 0)
 
 
 class _Ids:
@@ -361,6 +408,7 @@ class _Measured:
         self.offsets = offs
         self.values = values
         self.slow = np.zeros(n, dtype=bool)  # rows the object path measures
+        self.counted = _Counted()  # the string arrays whose UTF-8 the counts have checked
         self.ncodes = 0
         self._id_strings: tuple[list[Any], Any, Any] = ([], None, None)
         self.call_codes = self.result_codes = np.zeros(0, dtype=np.int64)
@@ -429,7 +477,7 @@ class _Measured:
         pa = _pa()
         t = content.type
         if _text_type(t):
-            chars += _lengths(content)
+            chars += _lengths(content, self.counted)
         elif _is_list(t) and (_text_type(t.value_type) or pa.types.is_struct(t.value_type)):
             offs, parts = _offsets(content)
             present = ~_nulls(content) if content.null_count else None
@@ -438,7 +486,7 @@ class _Measured:
                 odd = ~present & (np.diff(offs) > 0)
                 bad |= odd
             if _text_type(t.value_type):  # parts that are plain strings
-                per = _sums(_lengths(parts), offs)
+                per = _sums(_lengths(parts, self.counted), offs)
                 if parts.null_count:
                     bad |= _rows_of(_nulls(parts), offs)
             else:
@@ -471,16 +519,22 @@ class _Measured:
         def part_message(at: Any) -> Any:  # the message each of the parts ``at`` is in
             return np.searchsorted(offs, at, side="right") - 1
 
+        read: list[Any] = []  # the string arrays part_chars reads (and checks)
+
         def text_field(name: str) -> Any:
             value = _field(parts, name)
-            return _string_field(value) if value is not None and _text_type(value.type) else None
+            if value is None or not _text_type(value.type):
+                return None
+            read.append(_strings(value))
+            return _string_field(read[-1])
 
         result = None
         at = np.flatnonzero(code == len(TEXT_PART_TYPES))
         if len(at):
             content = _field(parts, "content")
             if content is not None and _text_type(content.type):
-                result = _string_field(content)
+                read.append(_strings(content))
+                result = _string_field(read[-1])
             elif content is not None and not pa.types.is_null(content.type):
                 extra = np.zeros(k, dtype=np.int64)
                 extra[at] = self._result_chars(content, at, unreadable)
@@ -514,6 +568,8 @@ class _Measured:
                                                           fields, extra, unreadable)
         flags |= set_flags
         bad |= unmeasured
+        for value in read:
+            self.counted.add(value, nulls_skipped=True)
         return chars
 
     @staticmethod
@@ -521,8 +577,7 @@ class _Measured:
         ids = _field(parts, key)  # not text: the object path reads no id either
         return ids if ids is not None and _text_type(ids.type) else None
 
-    @staticmethod
-    def _result_chars(content: Any, at: Any, unreadable: Any) -> Any:
+    def _result_chars(self, content: Any, at: Any, unreadable: Any) -> Any:
         """Chars of the content of the ``tool_result`` blocks at ``at``: a string, a list of
         strings or of text parts; anything else is read by the object path."""
 
@@ -531,7 +586,7 @@ class _Measured:
             return np.zeros(len(at), dtype=np.int64)
         t = content.type
         if _text_type(t):
-            return _lengths(content)[at]
+            return _lengths(content, self.counted)[at]
         present = ~_nulls(content)
         if not (_is_list(t) and (_text_type(t.value_type) or pa.types.is_struct(t.value_type))):
             unreadable[at] |= present[at]
@@ -540,7 +595,7 @@ class _Measured:
         if content.null_count:
             unreadable[at] |= (~present & (np.diff(offs) > 0))[at]
         if _text_type(t.value_type):
-            counted = _lengths(inner)
+            counted = _lengths(inner, self.counted)
             if inner.null_count:
                 unreadable[at] |= _rows_of(_nulls(inner), offs)[at]
         else:
@@ -553,7 +608,7 @@ class _Measured:
                 if inner.null_count:
                     deeper |= _nulls(inner)
                 if is_text.any():
-                    counted = _text_chars(inner, is_text, deeper)
+                    counted = _text_chars(inner, is_text, deeper, self.counted)
                 unreadable[at] |= _rows_of(deeper, offs)[at]
             elif ptype is not None and not pa.types.is_null(ptype.type):
                 unreadable[at] |= _rows_of(~_nulls(ptype), offs)[at]
@@ -584,7 +639,7 @@ class _Measured:
                 if value is None or pa.types.is_null(value.type):
                     continue
                 if _text_type(value.type):
-                    lengths = _lengths(value)
+                    lengths = _lengths(value, self.counted)
                     if fn.null_count:
                         lengths[_nulls(fn)] = 0
                     counted += lengths
@@ -667,49 +722,11 @@ def _rows_messages(arr: Any, rows: Any, column: str, json_fields: set[str]) -> l
     if not len(rows):
         return []
     # Row by row: a take of the rows first would copy their (often long) values once more.
-    try:
-        out = [arr[row].as_py() for row in rows.tolist()]
-    except UnicodeDecodeError as exc:
-        raise _invalid_utf8(arr, column) or exc from None
+    out = [arr[row].as_py() for row in rows.tolist()]  # the column's UTF-8 is checked
     if json_fields:
         for row, messages in zip(rows.tolist(), out, strict=True):
             _parse_json_fields(messages, row, column, json_fields)
     return out
-
-
-def _invalid_utf8(arr: Any, column: str) -> ContextPlanError | None:
-    """The first place of ``arr`` (a chunk of the column) holding bytes that are not UTF-8, as
-    a ``ContextPlanError`` naming the row, the message and the field (found by decoding row by
-    row, then message by message and field by field: this runs only once an error was seen)."""
-
-    def invalid(part: Any) -> str | None:
-        try:
-            part.to_pylist()
-        except UnicodeDecodeError as exc:
-            return f"{exc.reason} at byte {exc.start} of a string"
-        return None
-
-    for row in range(len(arr)):
-        one = arr.slice(row, 1)
-        reason = invalid(one)
-        if reason is None:
-            continue
-        path = f"{column}[{row}]"
-        messages = one.flatten()
-        for i in range(len(messages)):
-            message = messages.slice(i, 1)
-            if invalid(message) is None:
-                continue
-            path = f"{column}[{row}][{i}]"
-            for field in message.type:
-                where = invalid(message.field(field.name))
-                if where is not None:
-                    path, reason = f"{path}.{field.name}", where
-                    break
-            break
-        return ContextPlanError(f"holds bytes that are not UTF-8 ({reason})", path=path,
-                                code="invalid-utf8")
-    return None
 
 
 def _parse_json_fields(messages: Any, row: int, column: str, json_fields: set[str]) -> None:
@@ -724,9 +741,12 @@ def _parse_json_fields(messages: Any, row: int, column: str, json_fields: set[st
 
 def _json(text: str, path: str) -> Any:
     """``text`` parsed by orjson, which reads arrays and objects nested up to
-    ``MAX_JSON_DEPTH`` levels (a JSONL line's limit too); deeper is ``too-deep``."""
+    ``MAX_JSON_DEPTH`` levels (a JSONL line's limit too); deeper is ``too-deep``; integers
+    exact however large (orjson alone makes a float of one beyond 64 bits)."""
+    from ..jsonl.files import loads_exactly
+
     try:
-        return orjson.loads(text)
+        return loads_exactly(text.encode())
     except orjson.JSONDecodeError as exc:
         if "depth" in str(exc):
             raise ContextPlanError(
@@ -734,6 +754,10 @@ def _json(text: str, path: str) -> Any:
                 path=path, code="too-deep") from None
         raise ContextPlanError(f"expected JSON text ({exc})", path=path,
                                code="invalid-json") from None
+    except ValueError:  # a long number nested too deeply to be read exactly
+        raise ContextPlanError(
+            f"the JSON text nests arrays and objects deeper than {MAX_JSON_DEPTH} levels",
+            path=path, code="too-deep") from None
 
 
 def _row_error(exc: ContextPlanError, column: str, row: int) -> ContextPlanError:
@@ -912,26 +936,41 @@ def _new_values(struct_type: Any, messages: list[dict[str, Any]], json_fields: s
     storage = _storage_type(struct_type)
     try:
         built = pa.array(rows, type=storage)
-    except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
         raise ContextPlanError(
             f"a new message does not fit the column's message type ({exc})", path=column,
             code="schema-mismatch",
         ) from None
-    _check_chars(messages, built, json_fields, column)
+    except UnicodeEncodeError as exc:  # a lone surrogate: no UTF-8 holds it
+        raise ContextPlanError(
+            f"a new message holds text that is not UTF-8 ({exc.reason}: "
+            f"{exc.object[exc.start:exc.end]!r})", path=column, code="invalid-utf8",
+        ) from None
+    _check_held(messages, built, json_fields, column)
     return built.cast(struct_type) if storage != struct_type else built
 
 
-def _check_chars(messages: list[dict[str, Any]], built: Any, json_fields: set[str],
-                 column: str) -> None:
-    """The new messages, as the column holds them, carry the chars they were measured with: a
-    value Arrow's type cannot hold as it is (an emptied tool input in a struct, which reads back
-    with a null for every field) would make the figures say what the table does not."""
+def _check_held(messages: list[dict[str, Any]], built: Any, json_fields: set[str],
+                column: str) -> None:
+    """The new messages, as the column holds them, are the messages given: every value reads
+    back as it was (Arrow would cut a fraction put into an integer field, say), and they carry
+    the chars they were measured with (an emptied tool input in a struct reads back with a null
+    for every field, which would make the figures say what the table does not)."""
     back = built.to_pylist()
     if json_fields:
         for message in back:
             for key in json_fields & message.keys():
                 if isinstance(message[key], str):
                     message[key] = _json(message[key], column)
+    for i, (given, held) in enumerate(zip(messages, back, strict=True)):
+        found = first_difference(given, held)
+        if found is not None:
+            where, was, would_be = found
+            raise ContextPlanError(
+                f"a new message does not fit the column's message type as it is: new message "
+                f"{i}, {where}: {was!r} would be held as {would_be!r}", path=column,
+                code="schema-mismatch",
+            )
     measured = _kernel.measure_messages(messages)[1]
     held = _kernel.measure_messages(back)[1]
     for i in np.flatnonzero(measured != held).tolist()[:1]:
@@ -1095,7 +1134,12 @@ class _Chunk:
         try:
             measured = _Measured(arr, column) if run.steps is not None else None
         except _kernel.Utf8Error as exc:
-            raise _invalid_utf8(arr, column) or exc from None
+            check_utf8(arr, column)  # names the first string that is not UTF-8
+            raise ContextPlanError(f"holds bytes that are not UTF-8 ({exc})", path=column,
+                                   code="invalid-utf8") from None
+        # Every string of the column, at any depth, is UTF-8 (those the counts read are known
+        # to be): what is not goes into no figure, no warning and no output.
+        check_utf8(arr, column, measured.counted if measured is not None else None)
         if measured is None:
             slow = np.ones(n, dtype=bool)
             offs, values = _offsets(arr)

@@ -373,6 +373,11 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     source = InputFile(input_path)
     if example:
         source.name = f"example corpus ({EXAMPLE_CORPUS})"
+    # Into Parquet, each line's output is known by its input line (an error names it): a
+    # line in a run of lines is found in the file again, and a stream is read line by line.
+    numbered = isinstance(out, ParquetFromLines)
+    if numbered:
+        out.source, out.reread = source.name, input_path if source.seekable else None
     show_progress = console.is_terminal and not args.quiet
     with source, out, _ReportFile(report_out) as report:
         progress = _Progress(console, source) if show_progress else None
@@ -387,7 +392,8 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         # Closed on the way out: the workers are stopped before an error is reported.
         results = process_lines(
             batches, policy, jobs=jobs, with_reports=report.enabled,
-            on_batch=progress.update if progress else None, handlers=handlers, runs=True,
+            on_batch=progress.update if progress else None, handlers=handlers,
+            runs=not numbered or source.seekable,
         )
         try:
             for result in results:
@@ -400,7 +406,10 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
                                   markup=False)
                 summary.add(result)
                 if result.output is not None:
-                    out.write(result.output)
+                    if numbered:
+                        out.write_result(result.line, result.lines, result.output)
+                    else:
+                        out.write(result.output)
                     if live:
                         out.flush()
                 if result.report is not None:

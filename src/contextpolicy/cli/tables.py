@@ -7,9 +7,11 @@ output is written through ``AtomicOutput``, so a run that fails or is stopped le
 
 from __future__ import annotations
 
+import bisect
 import os
 import tempfile
 import time
+from array import array
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
@@ -171,9 +173,11 @@ class _Report(_ReportFile):
                 self.writer = pq.ParquetWriter(self.out.stream, table.schema)
             self.writer.write_table(table)
             return
+        from ..jsonl.files import dumps
+
         for k, row in enumerate(figures.to_pylist()):
-            self.add(orjson.dumps({"row": start + k, **({"id": ids[k]} if ids is not None
-                                                         else {}), **row}))
+            self.add(dumps({"row": start + k, **({"id": ids[k]} if ids is not None else {}),
+                            **row}))
 
     def finish(self, summary: dict[str, Any]) -> None:
         if self.out is None or not self.parquet:
@@ -188,24 +192,50 @@ class _Report(_ReportFile):
         self.writer.close()
         self.out.flush()
 
+    def __exit__(self, *exc: object) -> None:
+        _abandon(self.writer)
+        super().__exit__(*exc)
+
+
+def _abandon(writer: Any) -> None:
+    """A Parquet writer left by a run that failed, closed while its file is still open (the
+    file is then removed): left to the garbage collector, it would write its footer to a
+    closed file, and say so on stderr."""
+    if writer is not None and getattr(writer, "is_open", False):
+        try:
+            writer.close()
+        except Exception:  # the run has failed already: its error is the one to say
+            pass
+
+
+def _reduce_rows(batch: Any, policy: Any, column: str) -> Any:
+    """``reduce_table`` of a batch, whose other columns' strings are checked too: the command
+    line writes every column of a row, and writes no string that is not UTF-8."""
+    from ..batch import reduce_table
+    from ..batch.checks import check_utf8
+
+    for name in batch.schema.names:
+        if name != column:
+            check_utf8(batch.column(name), name)
+    return reduce_table(batch, policy, column=column)
+
 
 def _reduce_batch(batch: Any, policy: Any, column: str, on_error: str, start: int,
                   summary: TableSummary, console: Any, name: str) -> Any:
     """A batch reduced; with ``--on-error skip`` a batch with a bad row is reduced row by row
     and the bad rows are left out (each said on stderr)."""
-    from ..batch import reduce_table
     from ..errors import ContextPlanError
 
     try:
-        return reduce_table(batch, policy, column=column)
+        return _reduce_rows(batch, policy, column)
     except ContextPlanError as exc:
         if on_error == "fail":
-            raise CliError(f"{name}: row {_first_row(exc, column, start)}: {exc}") from None
+            raise CliError(f"{name}: row {_first_row(exc, batch, start)}: {exc}") from None
     pa, _ = _pyarrow()
     tables, figures = [], []
     for k in range(batch.num_rows):
         try:
-            done = reduce_table(batch.slice(k, 1), policy, column=column)
+            done = _reduce_rows(batch.slice(k, 1), policy, column)
         except ContextPlanError as exc:
             console.print(f"contextpolicy: skipped {name}: row {start + k}: {exc}", markup=False)
             summary.skipped += 1
@@ -223,12 +253,17 @@ def _reduce_batch(batch: Any, policy: Any, column: str, on_error: str, start: in
         .to_batches()[0])
 
 
-def _first_row(exc: Any, column: str, start: int) -> str:
+def _first_row(exc: Any, batch: Any, start: int) -> str:
+    """The row of the batch an error names (its path begins with a column's name and the
+    row: ``messages[3]...``, ``id[3]``), counted from the first row of the file."""
     import re
 
     path = exc.issues[0].path if exc.issues else ""
-    found = re.match(rf"{re.escape(column)}\[(\d+)\]", path)
-    return str(start + int(found.group(1))) if found else "?"
+    for name in sorted(batch.schema.names, key=len, reverse=True):
+        found = re.match(rf"{re.escape(name)}\[(\d+)\]", path)
+        if found:
+            return str(start + int(found.group(1)))
+    return "?"
 
 
 def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: Any,
@@ -238,8 +273,6 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
     compress ``handlers`` given (each row that needs one goes through the object path);
     returns the summary and the input's name."""
     pa, pq = _pyarrow()
-    from ..errors import ContextPlanError
-    from ..jsonl.files import dumps
     from ..prepared import prepare_policy
 
     try:
@@ -276,22 +309,78 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
                 if writer is not None:
                     writer.write_batch(done.table)
                 else:
-                    try:
-                        rows_out = _plain_rows(done.table, column)
-                    except ContextPlanError as exc:
-                        raise CliError(f"{input_path}: rows from {start}: {exc}") from None
-                    for row in rows_out:
-                        out.write(dumps(row) + b"\n")
-                report.rows(start, done.figures, done.table.column("id").to_pylist()
-                           if ids_column and not report.parquet else None)
+                    for line in _json_lines(done.table, column, input_path, start):
+                        out.write(line)
+                ids = None
+                if ids_column and not report.parquet and report.out is not None:
+                    _check_json_numbers(done.table, ["id"], input_path, start)
+                    ids = done.table.column("id").to_pylist()
+                report.rows(start, done.figures, ids)
                 start += batch.num_rows
                 rows.advance(batch.num_rows)
+            if writer is not None:
+                writer.close()
         finally:
             rows.stop()
-        if writer is not None:
-            writer.close()
+            _abandon(writer)
         data = _finish(args, summary, bytes_in, started, out, report)
     return data, input_path
+
+
+def _check_json_numbers(table: Any, names: list[str], name: str, start: int) -> None:
+    """No NaN or infinity in the columns ``names``: JSON has neither (a JSON writer would make
+    each a null)."""
+    from ..batch.checks import check_json_numbers
+    from ..errors import ContextPlanError
+
+    for column in names:
+        try:
+            check_json_numbers(table.column(column), column)
+        except ContextPlanError as exc:
+            raise CliError(f"{name}: row {_first_row(exc, table, start)}: {exc.issues[0]}"
+                           ) from None
+
+
+def _json_lines(table: Any, column: str, name: str, start: int) -> Any:
+    """The rows of a reduced batch as JSON lines, every value as it is: decimals as their exact
+    numbers, and a value JSON cannot hold (NaN, an infinity, bytes, a duration ...) an error
+    naming its row and column, not a changed value."""
+    from ..errors import ContextPlanError
+    from ..jsonl.files import dumps
+
+    _check_json_numbers(table, table.schema.names, name, start)
+    try:
+        rows = _plain_rows(table, column)
+    except ContextPlanError as exc:
+        raise CliError(f"{name}: rows from {start}: {exc}") from None
+    for k, row in enumerate(rows):
+        try:
+            yield dumps(row) + b"\n"
+        except TypeError as exc:
+            key = next((key for key, value in row.items() if not _writable(value)), "?")
+            raise CliError(f"{name}: row {start + k}: column {key!r} holds a value JSON cannot "
+                           f"hold ({exc}): write Parquet, or cast the column to one JSON holds "
+                           f"first") from None
+
+
+def _writable(value: Any) -> bool:
+    from ..jsonl.files import dumps
+
+    try:
+        dumps(value)
+    except TypeError:
+        return False
+    return True
+
+
+class _Unfit(Exception):
+    """Lines Arrow would not convert: the rows (``None``: no one chunk is at fault, the
+    schemas of all are), the index of the first among the lines spooled, and the schema they
+    were converted to (``None``: inferred from them)."""
+
+    def __init__(self, rows: list[Any] | None, first: int, schema: Any, error: Exception):
+        super().__init__(str(error))
+        self.rows, self.first, self.schema, self.error = rows, first, schema, error
 
 
 class ParquetFromLines:
@@ -299,7 +388,11 @@ class ParquetFromLines:
     a temporary file and, on ``commit()``, converted (the schema inferred over every line, so
     a field that appears late is still a column; message content that is text in some
     messages and a list of parts in others is kept as Arrow's JSON type) and put in place
-    through ``target``."""
+    through ``target``.
+
+    Every value is written as it is or not at all (``batch.exact``): an integer beyond 64
+    bits, or beyond 2**53 in a field that holds fractions too (a double column), ends the run
+    with an error naming the input line (``write_result``), the key path and the value."""
 
     def __init__(self, target: Any) -> None:
         _pyarrow()
@@ -307,6 +400,12 @@ class ParquetFromLines:
         self.kind, self.name, self.given = target.kind, target.name, target.given
         self.streaming = False
         self.spool: BinaryIO | None = None
+        # The input's name; its path when it can be read again (a line inside a run of lines
+        # is found there); per result written, the index of its first line in the spool and
+        # its input line.
+        self.source, self.reread = "-", None
+        self._starts, self._first_lines = array("q"), array("q")
+        self._spooled = 0
 
     def identity(self) -> Any:
         return self.target.identity()
@@ -317,61 +416,141 @@ class ParquetFromLines:
         self.spool = tempfile.TemporaryFile(dir=folder)
         return self
 
-    def write(self, data: bytes) -> None:
+    def write(self, data: bytes | bytearray | memoryview) -> None:
         assert self.spool is not None
         try:
             self.spool.write(data)
         except OSError as exc:
             raise CliError(f"{self.name}: cannot write ({exc.strerror or exc})") from None
 
+    def write_result(self, line: int, count: int, data: bytes | bytearray | memoryview) -> None:
+        """The output of ``count`` input lines from ``line`` on (one line, or a run of lines
+        that took the byte path)."""
+        self._starts.append(self._spooled)
+        self._first_lines.append(line)
+        self._spooled += count
+        self.write(data)
+
     def flush(self) -> None:
         assert self.spool is not None
         self.spool.flush()
 
     def _lines(self) -> Any:
+        """``(index of the first, rows)`` for each chunk of the lines spooled, read exactly
+        (orjson alone makes a float of an integer beyond 64 bits)."""
         assert self.spool is not None
         self.spool.seek(0)
-        chunk: list[Any] = []
+        chunk: list[bytes] = []
+        first = 0
         for line in self.spool:
-            chunk.append(orjson.loads(line))
+            chunk.append(line)
             if len(chunk) == SPOOL_LINES:
-                yield chunk
+                yield first, self._rows(first, chunk)
+                first += len(chunk)
                 chunk = []
         if chunk:
-            yield chunk
+            yield first, self._rows(first, chunk)
+
+    def _rows(self, first: int, lines: list[bytes]) -> list[Any]:
+        from ..jsonl.files import reread_exactly
+        from ..jsonl.runner import long_digit_runs
+
+        rows = [orjson.loads(line) for line in lines]
+        # Only a line with a run of 19 digits can hold an integer orjson makes a float: the
+        # lines of the chunk are looked at together, and those read again.
+        runs = long_digit_runs(b"".join(lines))
+        if runs:
+            ends = np.cumsum([len(line) for line in lines])
+            for k in sorted(set(np.searchsorted(ends, runs, side="right").tolist())):
+                try:
+                    rows[k] = reread_exactly(lines[k])
+                except ValueError as exc:
+                    raise CliError(f"{self._where(first + k)}: {exc}") from None
+        return rows
+
+    def _where(self, at: int) -> str:
+        """The input line of the line spooled at ``at``."""
+        r = bisect.bisect_right(self._starts, at) - 1
+        if r < 0:
+            return f"{self.name}: reduced line {at + 1}"
+        line, k = self._first_lines[r], at - self._starts[r]
+        if k:  # inside a run of lines: the k-th line after its first, blank lines not counted
+            line = self._nth_line(line, k)
+        return f"{self.source}:{line}"
+
+    def _nth_line(self, line: int, k: int) -> int:
+        from ..jsonl.files import FileError, InputFile
+
+        if self.reread is not None:
+            try:
+                with InputFile(self.reread) as source:
+                    for number, _ in source.lines():
+                        if number >= line:
+                            if not k:
+                                return number
+                            k -= 1
+            except FileError:
+                pass
+        return line + k  # as it would be without blank lines (the input is gone)
 
     def commit(self) -> None:
         pa, pq = _pyarrow()
         as_json = False
         try:
             schema = self._schema(False)
-        except (pa.ArrowInvalid, pa.ArrowTypeError):
+        except _Unfit:
             as_json = True
             try:
                 schema = self._schema(True)
-            except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
-                raise CliError(f"{self.name}: the reduced lines do not fit one Arrow schema "
-                               f"({exc})") from None
+            except _Unfit as unfit:
+                raise self._refusal(unfit) from None
         if schema is None:  # no lines: a valid Parquet file with no rows and no columns
             pq.write_table(pa.table({}), self.target.stream)
         else:
             writer = pq.ParquetWriter(self.target.stream, schema)
-            for chunk in self._lines():
-                table = pa.Table.from_pylist(_json_content(chunk) if as_json else chunk,
-                                             schema=_storage(schema))
-                writer.write_table(table.cast(schema) if as_json else table)
-            writer.close()
+            try:
+                for first, chunk in self._lines():
+                    rows = _json_content(chunk) if as_json else chunk
+                    try:
+                        table = pa.Table.from_pylist(rows, schema=_storage(schema))
+                    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                        raise self._refusal(_Unfit(rows, first, schema, exc)) from None
+                    writer.write_table(table.cast(schema) if as_json else table)
+                writer.close()
+            finally:
+                _abandon(writer)
         self.target.commit()
         self.committed = True
 
     def _schema(self, as_json: bool) -> Any:
         pa, _ = _pyarrow()
-        schemas = [pa.Table.from_pylist(_json_content(c) if as_json else c).schema
-                   for c in self._lines()]
+        schemas = []
+        for first, chunk in self._lines():
+            rows = _json_content(chunk) if as_json else chunk
+            try:
+                schemas.append(pa.Table.from_pylist(rows).schema)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError) as exc:
+                raise _Unfit(rows, first, None, exc) from None
         if not schemas:
             return None
-        schema = pa.unify_schemas(schemas, promote_options="permissive")
+        try:
+            schema = pa.unify_schemas(schemas, promote_options="permissive")
+        except (pa.ArrowInvalid, pa.ArrowTypeError) as exc:
+            raise _Unfit(None, 0, None, exc) from None
         return _with_json_content(schema) if as_json else schema
+
+    def _refusal(self, unfit: _Unfit) -> CliError:
+        """The error for lines that do not convert: the value no column holds as it is, named
+        by its input line, or what Arrow said."""
+        from ..batch.exact import find_unrepresentable
+
+        fault = None
+        if unfit.rows is not None:
+            fault = find_unrepresentable(unfit.rows, unfit.schema)
+        if fault is None:
+            return CliError(f"{self.name}: the reduced lines do not fit one Arrow schema "
+                            f"({unfit.error})")
+        return CliError(f"{self._where(unfit.first + fault.row)}: {fault}")
 
     def __exit__(self, *exc: object) -> None:
         if self.spool is not None:

@@ -84,11 +84,21 @@ def reread_exactly(data: bytes | memoryview) -> Any:
         sys.setrecursionlimit(limit)
 
 
+def _exact_number(value: Any) -> Any:
+    """What orjson does not write but JSON holds exactly: a decimal (as Arrow gives the values
+    of a decimal column), written as its number, every digit as it is."""
+    from decimal import Decimal
+
+    if isinstance(value, Decimal) and value.is_finite():
+        return orjson.Fragment(str(value).encode())
+    raise TypeError(f"Type is not JSON serializable: {type(value).__name__}")
+
+
 def dumps(value: Any) -> bytes:
     """``orjson.dumps(value)``, and the same bytes for what orjson reads but will not write:
-    nesting deeper than 254 levels, integers beyond 64 bits."""
+    nesting deeper than 254 levels, integers beyond 64 bits; a decimal as its exact number."""
     try:
-        return orjson.dumps(value)
+        return orjson.dumps(value, default=_exact_number)
     except TypeError:
         return dumps_exactly(value)
 
@@ -98,7 +108,8 @@ _END = object()
 
 def dumps_exactly(value: Any) -> bytes:
     """Compact JSON of ``value``, byte for byte what ``orjson.dumps`` writes (every scalar is
-    written by orjson itself), at any depth (no recursion) and with integers of any size.
+    written by orjson itself), at any depth (no recursion), with integers of any size and
+    decimals as their exact numbers.
     ``TypeError`` for what orjson cannot write (a key that is not a string, an unknown type)."""
     parts: list[bytes] = []
     # Open containers: [items, is an object, nothing written yet].
@@ -115,7 +126,7 @@ def dumps_exactly(value: Any) -> bytes:
         elif kind is int:
             parts.append(str(item).encode())  # what orjson writes, and exact beyond 64 bits
         else:
-            parts.append(orjson.dumps(item))
+            parts.append(orjson.dumps(item, default=_exact_number))
 
     start(value)
     while stack:

@@ -1,0 +1,262 @@
+"""What an Arrow array holds, checked where the library reads or writes it, each fault named by
+its place (``messages[3][1].content[0].text``, ``id[7]``):
+
+- strings that are not UTF-8, by Arrow's own rule (what ``Array.validate(full=True)`` checks
+  of strings): every string that is not null, of every string array at any depth (struct
+  children, list and map values, dictionaries, views, run-end encoded and union children).
+  Parquet and IPC readers hand over what a file holds without this check;
+- numbers JSON cannot write: NaN and the infinities (a JSON writer makes them ``null``), where
+  they are values (under a null struct or list there is no value).
+
+The strings are checked by the kernel a whole array at a time (``_kernel.utf8_validate``);
+the places are worked out only for a fault.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import numpy as np
+
+from .. import _kernel
+from ..errors import ContextPlanError
+
+__all__ = ["check_json_numbers", "check_utf8"]
+
+# A step from a value down to one it holds: (its order among its siblings, its label: a list
+# index or a field name).
+Step = tuple[int, int | str]
+# The place of each value of an array: its steps from the top, or None (a value of no row: a
+# list view's child that no list holds, a dense union's child that no slot points to).
+Place = Callable[[int], "tuple[Step, ...] | None"]
+
+
+def _pa() -> Any:
+    import pyarrow as pa
+
+    return pa
+
+
+def _path(name: str, steps: tuple[Step, ...]) -> str:
+    return name + "".join(f"[{label}]" if isinstance(label, int) else f".{label}"
+                          for _, label in steps)
+
+
+def _holds(t: Any, want: Callable[[Any], bool]) -> bool:
+    """Whether a value of type ``t`` can hold a leaf ``want`` takes."""
+    pa = _pa()
+    if isinstance(t, pa.BaseExtensionType):
+        return _holds(t.storage_type, want)
+    if want(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return _holds(t.value_type, want)
+    if pa.types.is_run_end_encoded(t):
+        return _holds(t.value_type, want)
+    if pa.types.is_map(t):
+        return _holds(t.key_type, want) or _holds(t.item_type, want)
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
+            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
+        return _holds(t.value_type, want)
+    if pa.types.is_struct(t) or pa.types.is_union(t):
+        return any(_holds(f.type, want) for f in t)
+    return False
+
+
+def _list_place(place: Place, offsets: Any) -> Place:
+    def at(j: int) -> tuple[Step, ...] | None:
+        i = int(np.searchsorted(offsets, j, side="right")) - 1
+        up = place(i)
+        return None if up is None else (*up, (j - int(offsets[i]), j - int(offsets[i])))
+    return at
+
+
+def _leaves(arr: Any, place: Place, want: Callable[[Any], bool]) -> Iterator[tuple[Any, Place]]:
+    """Every array inside ``arr`` (``arr`` too) whose type ``want`` takes, with the place of
+    each of its values."""
+    pa = _pa()
+    t = arr.type
+    if not _holds(t, want):
+        return
+    if isinstance(t, pa.BaseExtensionType):
+        yield from _leaves(arr.storage, place, want)
+    elif want(t):
+        yield arr, place
+    elif pa.types.is_dictionary(t):
+        yield from _leaves(arr.dictionary_decode(), place, want)
+    elif pa.types.is_run_end_encoded(t):
+        import pyarrow.compute as pc
+
+        yield from _leaves(pc.run_end_decode(arr), place, want)
+    elif pa.types.is_struct(t):
+        for k, f in enumerate(t):
+            def child(i: int, k: int = k, label: str = f.name) -> tuple[Step, ...] | None:
+                up = place(i)
+                return None if up is None else (*up, (k, label))
+            yield from _leaves(arr.field(k), child, want)
+    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        offs = np.asarray(arr.offsets, dtype=np.int64)  # this slice's, into the whole values
+        base = int(offs[0])
+        values = arr.values.slice(base, int(offs[-1]) - base)
+        yield from _leaves(values, _list_place(place, offs - base), want)
+    elif pa.types.is_fixed_size_list(t):
+        size = t.list_size
+        values = arr.values.slice(arr.offset * size, len(arr) * size)
+
+        def item(j: int) -> tuple[Step, ...] | None:
+            up = place(j // size)
+            return None if up is None else (*up, (j % size, j % size))
+        yield from _leaves(values, item, want)
+    elif pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        starts = np.asarray(arr.offsets, dtype=np.int64)
+        sizes = np.asarray(arr.sizes, dtype=np.int64)
+        held = ~np.asarray(arr.is_null(), dtype=bool)
+
+        def viewed(j: int) -> tuple[Step, ...] | None:
+            found = np.flatnonzero(held & (starts <= j) & (j < starts + sizes))
+            if not len(found):
+                return None
+            i = int(found[0])
+            up = place(i)
+            return None if up is None else (*up, (j - int(starts[i]), j - int(starts[i])))
+        yield from _leaves(arr.values, viewed, want)
+    elif pa.types.is_union(t):
+        dense = t.mode == "dense"
+        codes = np.asarray(arr.type_codes, dtype=np.int64)
+        value_offsets = np.asarray(arr.offsets, dtype=np.int64) if dense else None
+        for k, code in enumerate(t.type_codes):
+            def member(j: int, code: int = code) -> tuple[Step, ...] | None:
+                if value_offsets is None:  # sparse: the child's slots are the union's
+                    return place(j) if codes[j] == code else None
+                found = np.flatnonzero((codes == code) & (value_offsets == j))
+                return place(int(found[0])) if len(found) else None
+            yield from _leaves(arr.field(k), member, want)
+
+
+def _top(arr: Any, name: str, want: Callable[[Any], bool]) -> Iterator[tuple[Any, Place]]:
+    """The leaves of a column (an Array, or a ChunkedArray whose rows run on over its chunks)."""
+    chunks = arr.chunks if hasattr(arr, "chunks") else [arr]
+    start = 0
+    for chunk in chunks:
+        def row(i: int, start: int = start) -> tuple[Step, ...]:
+            return ((start + i, start + i),)
+        yield from _leaves(chunk, row, want)
+        start += len(chunk)
+
+
+# ---------------------------------------------------------------------------------------------
+# UTF-8
+
+
+def _is_text(t: Any) -> bool:
+    pa = _pa()
+    return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
+                or pa.types.is_string_view(t))
+
+
+def _first_bad_string(leaf: Any, place: Place) -> tuple[tuple[Step, ...], str] | None:
+    """The first string of ``leaf`` that is not UTF-8 and is a value of a row: its place and
+    what is wrong with it."""
+    from .table import _buffers, _nulls
+
+    pa = _pa()
+    if pa.types.is_string_view(leaf.type):
+        leaf = leaf.cast(pa.large_string())  # the same bytes, in one buffer
+    data, offs = _buffers(leaf)
+    try:
+        _kernel.utf8_validate(data, offs)  # every string's bytes, nulls' too, at once
+        return None
+    except _kernel.Utf8Error:
+        pass
+    nulls = _nulls(leaf) if leaf.null_count else None
+    start = 0
+    while start < len(leaf):
+        try:
+            _kernel.utf8_validate(data, offs[start:],
+                                  None if nulls is None else nulls[start:])
+            return None
+        except _kernel.Utf8Error as exc:
+            j = start + exc.index
+            steps = place(j)
+            if steps is None:
+                start = j + 1
+                continue
+            raw = bytes(memoryview(data)[int(offs[j]):int(offs[j + 1])])
+            at = exc.byte - int(offs[j])
+            try:
+                raw.decode("utf-8")
+                reason = "not UTF-8"
+            except UnicodeDecodeError as decoded:
+                reason = decoded.reason
+            return steps, f"0x{raw[at]:02x} at byte {at} of the string: {reason}"
+    return None
+
+
+def check_utf8(arr: Any, name: str, skip: Callable[[Any], bool] | None = None) -> None:
+    """Raise a ``ContextPlanError`` (code ``invalid-utf8``) naming the first string of ``arr``
+    (an Array or ChunkedArray, the column ``name``) that is not UTF-8: its row, and the
+    message, the field and the byte below it. ``skip(leaf)``: a string array whose strings
+    were checked already (counted by the kernel, which checks as it counts)."""
+    first: tuple[tuple[Step, ...], str] | None = None
+    for leaf, place in _top(arr, name, _is_text):
+        if skip is not None and skip(leaf):
+            continue
+        found = _first_bad_string(leaf, place)
+        if found is not None and (first is None or _order(found[0]) < _order(first[0])):
+            first = found
+    if first is not None:
+        raise ContextPlanError(f"holds bytes that are not UTF-8 ({first[1]})",
+                               path=_path(name, first[0]), code="invalid-utf8")
+
+
+def _order(steps: tuple[Step, ...]) -> tuple[int, ...]:
+    return tuple(order for order, _ in steps)
+
+
+# ---------------------------------------------------------------------------------------------
+# Numbers JSON cannot write
+
+
+def _value_at(arr: Any, steps: tuple[Step, ...]) -> tuple[bool, Any]:
+    """Whether the place ``steps`` of the column ``arr`` holds a value, and the value."""
+    row = steps[0][1]
+    assert isinstance(row, int)
+    value = arr[row].as_py()
+    for _, label in steps[1:]:
+        if value is None:
+            return False, None
+        if isinstance(value, tuple):  # a map's entry
+            value = value[0 if label == "key" else 1]
+        else:
+            value = value[label]
+    return value is not None, value
+
+
+def check_json_numbers(arr: Any, name: str) -> None:
+    """Raise a ``ContextPlanError`` (code ``non-finite-number``) naming the first NaN or
+    infinity among the values of ``arr`` (an Array or ChunkedArray, the column ``name``): JSON
+    has neither, and a JSON writer would turn it into ``null``."""
+    import pyarrow.compute as pc
+
+    pa = _pa()
+    first: tuple[tuple[Step, ...], Any] | None = None
+    for leaf, place in _top(arr, name, pa.types.is_floating):
+        numbers = leaf.cast(pa.float32()) if pa.types.is_float16(leaf.type) else leaf
+        odd = np.flatnonzero(~np.asarray(pc.is_finite(numbers).fill_null(True), dtype=bool))
+        for j in odd.tolist():
+            steps = place(j)
+            if steps is None:
+                continue
+            held, value = _value_at(arr, steps)
+            if held:
+                if first is None or _order(steps) < _order(first[0]):
+                    first = steps, value
+                break
+    if first is not None:
+        value = first[1]
+        said = "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity")
+        raise ContextPlanError(
+            f"holds {said}, which JSON cannot write (it has no NaN or infinities, and a JSON "
+            "writer would make it null): write Parquet, or replace the value first",
+            path=_path(name, first[0]), code="non-finite-number")
