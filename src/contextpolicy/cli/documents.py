@@ -138,13 +138,13 @@ def load_yaml(data: bytes, name: str, what: str) -> Any:
 # plans
 
 
-def plan_document(doc: Any, *, needs_history: bool = False) -> Any:
+def plan_document(doc: Any) -> Any:
     """The :class:`ContextPlan` of a plan document (``{"fragments": [...]}``) or of a transcript
     (``{"messages": [...]}``, or the bare list of messages), which is split as ``reduce`` splits
-    its lines (``ContextPlan.from_messages``; with ``needs_history``, a transcript too short to
-    have a history gets an empty one, as there). ``ContextPlanError`` when it is neither."""
+    its lines (``ContextPlan.from_messages``: a step on a history a first turn does not have is
+    skipped, ``fragment-absent``). ``ContextPlanError`` when it is neither."""
     from ..errors import ContextPlanError
-    from ..plan import ContextPlan, as_plan, with_empty_history
+    from ..plan import ContextPlan, as_plan
 
     if isinstance(doc, dict) and "fragments" not in doc:
         if "messages" not in doc:
@@ -155,7 +155,4 @@ def plan_document(doc: Any, *, needs_history: bool = False) -> Any:
         doc = doc["messages"]
     if not isinstance(doc, list):
         return as_plan(doc)
-    plan = ContextPlan.from_messages(doc)
-    if needs_history and not any(f.id == "history" for f in plan.fragments):
-        plan = with_empty_history(plan)
-    return plan
+    return ContextPlan.from_messages(doc)

@@ -62,18 +62,6 @@ def _handler_specs(path: str) -> list[Any]:
         raise CliError("\n".join(lines), code=1) from None
 
 
-def _names_history(policy: Any) -> bool:
-    """Whether a policy document (read tolerantly) names the ``history`` fragment."""
-    from ..policy.validation import references
-
-    if not isinstance(policy, dict):
-        return False
-    try:
-        return any(ref.name == "history" for ref in references(policy))
-    except Exception:  # a document too broken to read: validation says what is wrong
-        return False
-
-
 def _named_handlers(policy: Any) -> list[tuple[str, str]]:
     """(path, id) of every ``handlerId`` of a policy document (read tolerantly)."""
     from ..policy.validation import references
@@ -145,8 +133,7 @@ def cmd_validate(args: argparse.Namespace) -> int:
     if args.plan:
         # A transcript is split as reduce splits its lines.
         try:
-            fragments = list(plan_document(load_json(args.plan, "plan"),
-                                           needs_history=_names_history(doc)).fragments)
+            fragments = list(plan_document(load_json(args.plan, "plan")).fragments)
         except ContextPlanError as exc:
             raise CliError(f"{document_name(args.plan)}: {exc}") from None
     given = list(args.handler or ())
