@@ -124,7 +124,7 @@ def test_a_line_of_no_json_is_a_bad_line_and_a_blank_one_is_skipped(workdir, pur
     failed = run("reduce", *given, "--policy", "policy.json", "-o", "out.jsonl", "--jobs", jobs,
                  "-q", cwd=workdir, env=env, stdin=stdin)
     assert failed.returncode == 2
-    assert f"{name}:4: invalid JSON" in failed.stderr.decode()
+    assert f"{name}:4:1: invalid JSON" in failed.stderr.decode()
     assert not (workdir / "out.jsonl").exists()
     skipped = run("reduce", *given, "--policy", "policy.json", "-o", "out.jsonl", "--jobs",
                   jobs, "--report", "report.json", "--on-error", "skip", "-q", cwd=workdir,
