@@ -203,11 +203,16 @@ def test_a_prepared_policy_checks_everything_once():
     with pytest.raises(Exception) as info:
         process_context(plan, prepared, counter=len)
     assert info.value.issues[0].code == "invalid-option"
-    # Fragment references are checked against each plan, every issue at once.
+    # Fragment references are checked against each plan, every issue at once (a step on the
+    # history a plan does not hold is skipped instead: fragment-absent).
     other = ContextPlan(fragments=[Fragment(id="question", kind="question", text="q")])
+    notes = prepare_policy({**SEED_POLICY, "steps": [
+        {**SEED_POLICY["steps"][0], "fragmentId": "notes"}]})
     with pytest.raises(Exception) as info:
-        process_context(other, prepared)
+        process_context(other, notes)
     assert [i.code for i in info.value.issues] == ["unknown-fragment"]
+    assert [(s.status, s.reason) for s in process_context(other, prepared).report.steps] == [
+        ("skipped", "not-triggered")]
 
 
 def test_a_prepared_compress_policy_carries_its_handlers_and_counter():

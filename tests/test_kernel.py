@@ -8,7 +8,12 @@ import numpy as np
 import pytest
 
 from contextpolicy import ContextPlanError
-from contextpolicy._tables import FLAG_OPENS_TURN, FLAG_TOOL_CALLS, FLAG_TOOL_RESULT
+from contextpolicy._tables import (
+    FLAG_OPENS_TURN,
+    FLAG_TOOL_CALLS,
+    FLAG_TOOL_RESULT,
+    FLAG_UNKNOWN_ROLE,
+)
 
 U, R, C = FLAG_OPENS_TURN, FLAG_TOOL_RESULT, FLAG_TOOL_CALLS
 
@@ -88,7 +93,7 @@ def test_measure_arrays_and_dtypes(kernel):
     assert flags.dtype == np.uint8 and opaque.dtype == np.int32
     assert roles.tolist() == [1, 2, 3, 4, 5, 6, 0]
     assert chars.tolist() == [1] * 7
-    assert flags.tolist() == [0, 0, U, 0, R, R, 0]
+    assert flags.tolist() == [0, 0, U, 0, R, R, FLAG_UNKNOWN_ROLE]  # "critic" is no role known
 
 
 def test_empty_history(kernel):
