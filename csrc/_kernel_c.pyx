@@ -1237,14 +1237,16 @@ cdef class Measure:
             raise ValueError(f"start {start} is outside 0..{self.messages}")
         return _pairing(messages, self._flags + start, start, self.messages - start)
 
-    def unknown_roles(self, messages, Py_ssize_t start=0):
+    def unknown_roles(self, messages, Py_ssize_t start=0, fragment_id=None):
         """Each role of ``messages[start:]`` the accounting does not know: ``(first index,
-        role, messages)`` in the order of first appearance (indices relative to ``start``)."""
+        role, messages)`` in the order of first appearance (indices relative to ``start``);
+        ``fragment_id`` names the list in the error a message changed since measured raises."""
         if not PyList_Check(messages):
             raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
         if start < 0 or start > self.messages:
             raise ValueError(f"start {start} is outside 0..{self.messages}")
-        return _unknown_roles(messages, self._flags + start, start, self.messages - start)
+        return _unknown_roles(messages, self._flags + start, start, self.messages - start,
+                              fragment_id)
 
     def cut(self, messages, int grouping, int64_t keep_groups, target_chars):
         """Where a trim (``target_chars``) or a compress split (``target_chars=None``: keep the
@@ -1677,7 +1679,7 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
             if kept_flags is not None:
                 for index, role, count in _unknown_roles(
                         held, <const uint8_t*>PyBytes_AS_STRING(kept_flags), 0,
-                        PyBytes_GET_SIZE(kept_flags)):
+                        PyBytes_GET_SIZE(kept_flags), ids[i]):
                     warnings.append((i, index, "unknown-role", (role, count)))
                 for index, code, cid in _pairing(
                         held, <const uint8_t*>PyBytes_AS_STRING(kept_flags), 0,
@@ -1782,7 +1784,7 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
             after.append((m.chars, m.messages, m.opaque_parts))
         messages = lists[i]
         if m.unknown_role:
-            for index, role, count in _unknown_roles(messages, m._flags, 0, m.messages):
+            for index, role, count in _unknown_roles(messages, m._flags, 0, m.messages, ids[i]):
                 warnings.append((i, index, "unknown-role", (role, count)))
         if m.tool_traffic:
             for index, code, cid in _pairing(messages, m._flags, 0, m.messages):
@@ -2039,7 +2041,7 @@ cdef list _pairing(object messages, const uint8_t* flags, Py_ssize_t start, Py_s
 
 
 cdef list _unknown_roles(object messages, const uint8_t* flags, Py_ssize_t start,
-                         Py_ssize_t n):
+                         Py_ssize_t n, object fragment_id):
     # (first index, role, messages) of each role the accounting does not know among
     # messages[start:start + n] (by their flags), in the order of first appearance; indices
     # relative to start.
@@ -2064,8 +2066,10 @@ cdef list _unknown_roles(object messages, const uint8_t* flags, Py_ssize_t start
             if slots[CP_KEY_ROLE] != NULL and PyUnicode_Check_ptr(slots[CP_KEY_ROLE]):
                 role = _exact(<object>slots[CP_KEY_ROLE])
         if role is None:
-            raise TypeError(f"message {i} has no string role: flags do not belong to these "
-                            "messages")
+            # A flagged message that no longer holds a string role changed after it was measured.
+            raise ContextPlanError.for_message(
+                i, "the message changed while it was measured (it no longer holds a string "
+                "role)", fragment_id=fragment_id, field="role", code="changed-while-measured")
         entry = found.get(role)
         if entry is None:
             found[role] = [i, 1]

@@ -80,7 +80,8 @@ EXPECTED: dict[str, tuple[str, Any]] = {
     "unknown-roles-of-lying-strs": ("value", [True, [[0, "human", 2], [3, "ai", 1]]]),
     "unknown-roles-after-the-roles-changed": ("value", [
         ["value", [[0, "critic", 1], [1, "ai", 1], [2, "human", 1]]],
-        ["TypeError", "message 2 has no string role: flags do not belong to these messages"],
+        ["ContextPlanError", "invalid context plan: messages[2].role: the message changed while "
+         "it was measured (it no longer holds a string role) [changed-while-measured]"],
         ["ValueError", "flags and messages differ in length (3 != 0)"]]),
     # Responses items: the same limits, checks and reading rules as chat messages.
     "item-output-contains-itself": ("raised", "too-deep"),

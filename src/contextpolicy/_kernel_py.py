@@ -772,10 +772,11 @@ def tool_pairing(
     return found
 
 
-def _unknown_roles(messages: list[Any], flags: npt.NDArray[np.uint8]
-                   ) -> list[tuple[int, str, int]]:
+def _unknown_roles(messages: list[Any], flags: npt.NDArray[np.uint8],
+                   fragment_id: str | None = None) -> list[tuple[int, str, int]]:
     """``(first index, role, messages)`` of each role the accounting does not know, in the order
-    of first appearance; only the messages flagged ``FLAG_UNKNOWN_ROLE`` are read."""
+    of first appearance; only the messages flagged ``FLAG_UNKNOWN_ROLE`` are read. A flagged
+    message that no longer holds a string role changed after it was measured: an error."""
     if len(flags) > list.__len__(messages):
         raise ValueError(
             f"flags and messages differ in length ({len(flags)} != {list.__len__(messages)})"
@@ -785,8 +786,9 @@ def _unknown_roles(messages: list[Any], flags: npt.NDArray[np.uint8]
         message = list.__getitem__(messages, i)
         role = fields(message).get("role") if isinstance(message, dict) else None
         if not isinstance(role, str):
-            raise TypeError(f"message {i} has no string role: flags do not belong to these "
-                            "messages")
+            raise ContextPlanError.for_message(
+                i, "the message changed while it was measured (it no longer holds a string "
+                "role)", fragment_id=fragment_id, field="role", code="changed-while-measured")
         role = exact_str(role)
         entry = found.get(role)
         if entry is None:
@@ -861,9 +863,11 @@ class Measure:
             )
         return tool_pairing(list.__getitem__(messages, slice(start, None)), flags[start:])
 
-    def unknown_roles(self, messages: list[Any], start: int = 0) -> list[tuple[int, str, int]]:
+    def unknown_roles(self, messages: list[Any], start: int = 0,
+                      fragment_id: str | None = None) -> list[tuple[int, str, int]]:
         """Each role of ``messages[start:]`` the accounting does not know: ``(first index,
-        role, messages)`` in the order of first appearance (indices relative to ``start``)."""
+        role, messages)`` in the order of first appearance (indices relative to ``start``);
+        ``fragment_id`` names the list in the error a message changed since measured raises."""
         start = _c_int(start, "Py_ssize_t")
         if not isinstance(messages, list):
             raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
@@ -875,7 +879,8 @@ class Measure:
                 f"flags and messages differ in length ({len(flags)} != "
                 f"{list.__len__(messages)})"
             )
-        return _unknown_roles(list.__getitem__(messages, slice(start, None)), flags[start:])
+        return _unknown_roles(list.__getitem__(messages, slice(start, None)), flags[start:],
+                              fragment_id)
 
     def cut(
         self, messages: list[Any], grouping: int, keep_groups: int, target_chars: int | None
@@ -1173,7 +1178,7 @@ def _reduce(
     warnings: list[tuple[int, int, str, Any]] = [
         (i, first, "unknown-role", (role, count))
         for i, m in enumerate(measures) if m[3] is not None and m[3].unknown_role
-        for first, role, count in m[3].unknown_roles(lists[i])
+        for first, role, count in m[3].unknown_roles(lists[i], 0, ids[i])
     ]
     warnings += [
         (i, index, code, cid)

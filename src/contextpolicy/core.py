@@ -551,7 +551,7 @@ class _Run:
         found: list[PlanWarning] = []
         for f, m in zip(news, measures_after, strict=True):
             if f.messages is not None and m.kernel is not None and m.kernel.unknown_role:
-                for index, role, count in m.kernel.unknown_roles(f.messages):
+                for index, role, count in m.kernel.unknown_roles(f.messages, 0, f.id):
                     found.append(_unknown_role_warning(f.id, index, role, count))
         for f, m in zip(news, measures_after, strict=True):
             if f.messages is None or not m.has_tool_traffic:

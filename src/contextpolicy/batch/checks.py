@@ -27,9 +27,35 @@ __all__ = ["check_json_numbers", "check_utf8"]
 # A step from a value down to one it holds: (its order among its siblings, its label: a list
 # index or a field name).
 Step = tuple[int, int | str]
-# The place of each value of an array: its steps from the top, or None (a value of no row: a
-# list view's child that no list holds, a dense union's child that no slot points to).
-Place = Callable[[int], "tuple[Step, ...] | None"]
+
+
+class Place:
+    """Where each value of an array sits: one link per level of nesting, each mapping an index
+    of its array to the index of the value holding it one level up and the step between them
+    (``None``: the same place, as a union adds none). Called with an index, it gives the steps
+    from the top, or ``None`` for a value of no row (a list view's child that no list holds, a
+    dense union's child that no slot points to). Walked without recursion, so a value nested
+    as deep as Arrow allows is named as one at the top."""
+
+    __slots__ = ("up", "link")
+
+    def __init__(self, up: Place | None,
+                 link: Callable[[int], tuple[int, Step | None] | None]) -> None:
+        self.up, self.link = up, link
+
+    def __call__(self, j: int) -> tuple[Step, ...] | None:
+        steps: list[Step] = []
+        level: Place | None = self
+        while level is not None:
+            found = level.link(j)
+            if found is None:
+                return None
+            j, step = found
+            if step is not None:
+                steps.append(step)
+            level = level.up
+        steps.reverse()
+        return tuple(steps)
 
 
 def _pa() -> Any:
@@ -43,105 +69,136 @@ def _path(name: str, steps: tuple[Step, ...]) -> str:
                           for _, label in steps)
 
 
-def _holds(t: Any, want: Callable[[Any], bool]) -> bool:
-    """Whether a value of type ``t`` can hold a leaf ``want`` takes."""
+def _is_list(t: Any) -> bool:
+    pa = _pa()
+    return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
+                or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t)
+                or pa.types.is_large_list_view(t))
+
+
+def _types_below(t: Any) -> list[Any]:
+    """The types a value of type ``t`` holds one level down."""
     pa = _pa()
     if isinstance(t, pa.BaseExtensionType):
-        return _holds(t.storage_type, want)
-    if want(t):
-        return True
-    if pa.types.is_dictionary(t):
-        return _holds(t.value_type, want)
-    if pa.types.is_run_end_encoded(t):
-        return _holds(t.value_type, want)
+        return [t.storage_type]
+    if pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t) or _is_list(t):
+        return [t.value_type]
     if pa.types.is_map(t):
-        return _holds(t.key_type, want) or _holds(t.item_type, want)
-    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)
-            or pa.types.is_list_view(t) or pa.types.is_large_list_view(t)):
-        return _holds(t.value_type, want)
+        return [t.key_type, t.item_type]
     if pa.types.is_struct(t) or pa.types.is_union(t):
-        return any(_holds(f.type, want) for f in t)
-    return False
+        return [f.type for f in t]
+    return []
 
 
-def _list_place(place: Place, offsets: Any) -> Place:
-    def at(j: int) -> tuple[Step, ...] | None:
+class _Holds:
+    """Whether a value of a type can hold a leaf ``want`` takes, each type worked out once
+    (a walk of its own, without recursion, however deep the type nests)."""
+
+    def __init__(self, want: Callable[[Any], bool]) -> None:
+        self.want = want
+        self.known: dict[Any, bool] = {}
+
+    def __call__(self, top: Any) -> bool:
+        known = self.known
+        todo: list[tuple[Any, list[Any] | None]] = [(top, None)]
+        while todo:
+            t, below = todo.pop()
+            if t in known:
+                continue
+            if below is not None:  # its types below are known now
+                known[t] = any(known[b] for b in below)
+            elif self.want(t):
+                known[t] = True
+            else:
+                below = _types_below(t)
+                todo.append((t, below))
+                todo.extend((b, None) for b in below if b not in known)
+        return known[top]
+
+
+def _list_link(offsets: Any) -> Callable[[int], tuple[int, Step | None] | None]:
+    def link(j: int) -> tuple[int, Step | None]:
         i = int(np.searchsorted(offsets, j, side="right")) - 1
-        up = place(i)
-        return None if up is None else (*up, (j - int(offsets[i]), j - int(offsets[i])))
-    return at
+        return i, (j - int(offsets[i]), j - int(offsets[i]))
+    return link
 
 
-def _leaves(arr: Any, place: Place, want: Callable[[Any], bool]) -> Iterator[tuple[Any, Place]]:
-    """Every array inside ``arr`` (``arr`` too) whose type ``want`` takes, with the place of
-    each of its values."""
+def _below(arr: Any, place: Place) -> list[tuple[Any, Place]]:
+    """The arrays one level inside ``arr``, in order, each with the place of its values (an
+    encoding Arrow can undo, a dictionary or run ends, keeps the place)."""
     pa = _pa()
     t = arr.type
-    if not _holds(t, want):
-        return
     if isinstance(t, pa.BaseExtensionType):
-        yield from _leaves(arr.storage, place, want)
-    elif want(t):
-        yield arr, place
-    elif pa.types.is_dictionary(t):
-        yield from _leaves(arr.dictionary_decode(), place, want)
-    elif pa.types.is_run_end_encoded(t):
+        return [(arr.storage, place)]
+    if pa.types.is_dictionary(t):
+        return [(arr.dictionary_decode(), place)]
+    if pa.types.is_run_end_encoded(t):
         import pyarrow.compute as pc
 
-        yield from _leaves(pc.run_end_decode(arr), place, want)
-    elif pa.types.is_struct(t):
-        for k, f in enumerate(t):
-            def child(i: int, k: int = k, label: str = f.name) -> tuple[Step, ...] | None:
-                up = place(i)
-                return None if up is None else (*up, (k, label))
-            yield from _leaves(arr.field(k), child, want)
-    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
+        return [(pc.run_end_decode(arr), place)]
+    if pa.types.is_struct(t):
+        return [(arr.field(k), Place(place, lambda i, k=k, label=f.name: (i, (k, label))))
+                for k, f in enumerate(t)]
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
         offs = np.asarray(arr.offsets, dtype=np.int64)  # this slice's, into the whole values
         base = int(offs[0])
         values = arr.values.slice(base, int(offs[-1]) - base)
-        yield from _leaves(values, _list_place(place, offs - base), want)
-    elif pa.types.is_fixed_size_list(t):
+        return [(values, Place(place, _list_link(offs - base)))]
+    if pa.types.is_fixed_size_list(t):
         size = t.list_size
         values = arr.values.slice(arr.offset * size, len(arr) * size)
-
-        def item(j: int) -> tuple[Step, ...] | None:
-            up = place(j // size)
-            return None if up is None else (*up, (j % size, j % size))
-        yield from _leaves(values, item, want)
-    elif pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
+        return [(values, Place(place, lambda j: (j // size, (j % size, j % size))))]
+    if pa.types.is_list_view(t) or pa.types.is_large_list_view(t):
         starts = np.asarray(arr.offsets, dtype=np.int64)
         sizes = np.asarray(arr.sizes, dtype=np.int64)
         held = ~np.asarray(arr.is_null(), dtype=bool)
 
-        def viewed(j: int) -> tuple[Step, ...] | None:
+        def viewed(j: int) -> tuple[int, Step | None] | None:
             found = np.flatnonzero(held & (starts <= j) & (j < starts + sizes))
             if not len(found):
                 return None
             i = int(found[0])
-            up = place(i)
-            return None if up is None else (*up, (j - int(starts[i]), j - int(starts[i])))
-        yield from _leaves(arr.values, viewed, want)
-    elif pa.types.is_union(t):
+            return i, (j - int(starts[i]), j - int(starts[i]))
+        return [(arr.values, Place(place, viewed))]
+    if pa.types.is_union(t):
         dense = t.mode == "dense"
         codes = np.asarray(arr.type_codes, dtype=np.int64)
         value_offsets = np.asarray(arr.offsets, dtype=np.int64) if dense else None
-        for k, code in enumerate(t.type_codes):
-            def member(j: int, code: int = code) -> tuple[Step, ...] | None:
+
+        def member(code: int) -> Callable[[int], tuple[int, Step | None] | None]:
+            def link(j: int) -> tuple[int, Step | None] | None:
                 if value_offsets is None:  # sparse: the child's slots are the union's
-                    return place(j) if codes[j] == code else None
+                    return (j, None) if codes[j] == code else None
                 found = np.flatnonzero((codes == code) & (value_offsets == j))
-                return place(int(found[0])) if len(found) else None
-            yield from _leaves(arr.field(k), member, want)
+                return (int(found[0]), None) if len(found) else None
+            return link
+        return [(arr.field(k), Place(place, member(code)))
+                for k, code in enumerate(t.type_codes)]
+    return []
+
+
+def _leaves(arr: Any, place: Place, holds: _Holds) -> Iterator[tuple[Any, Place]]:
+    """Every array inside ``arr`` (``arr`` too) whose type ``holds.want`` takes, with the place
+    of each of its values, in the order of a walk from the top (without recursion)."""
+    todo = [(arr, place)]
+    while todo:
+        arr, place = todo.pop()
+        if not holds(arr.type):
+            continue
+        if holds.want(arr.type):
+            yield arr, place
+        else:
+            todo.extend(reversed(_below(arr, place)))
 
 
 def _top(arr: Any, name: str, want: Callable[[Any], bool]) -> Iterator[tuple[Any, Place]]:
     """The leaves of a column (an Array, or a ChunkedArray whose rows run on over its chunks)."""
     chunks = arr.chunks if hasattr(arr, "chunks") else [arr]
+    holds = _Holds(want)
     start = 0
     for chunk in chunks:
-        def row(i: int, start: int = start) -> tuple[Step, ...]:
-            return ((start + i, start + i),)
-        yield from _leaves(chunk, row, want)
+        row = Place(None, lambda i, start=start: (i, (start + i, start + i)))
+        yield from _leaves(chunk, row, holds)
         start += len(chunk)
 
 
