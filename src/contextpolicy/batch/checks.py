@@ -37,7 +37,7 @@ class Place:
     dense union's child that no slot points to). Walked without recursion, so a value nested
     as deep as Arrow allows is named as one at the top."""
 
-    __slots__ = ("up", "link")
+    __slots__ = ("link", "up")
 
     def __init__(self, up: Place | None,
                  link: Callable[[int], tuple[int, Step | None] | None]) -> None:
