@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from contextpolicy.cli import main
-from contextpolicy.jsonl import runner
+from contextpolicy.jsonl.worker import LineWorker
 from contextpolicy.synthetic import corpus as make_corpus
 
 from .conftest import SEED_POLICY, measuring
@@ -87,12 +87,12 @@ def reduce_args(folder, path, jobs, out=None, report=False):
 
 def objects(args):
     """The command with every line parsed into objects (the object path)."""
-    before = runner._Worker.byte_path
-    runner._Worker.byte_path = False
+    before = LineWorker.byte_path
+    LineWorker.byte_path = False
     try:
         return main(args)
     finally:
-        runner._Worker.byte_path = before
+        LineWorker.byte_path = before
 
 
 def side_by_side(folder, path):

@@ -24,6 +24,7 @@ from contextpolicy.core import aprocess_context, astream_context
 from contextpolicy.jsonl import runner
 from contextpolicy.jsonl.diagnose import BOM, json_problem, position, utf8_problem
 from contextpolicy.jsonl.files import InputFile
+from contextpolicy.jsonl.worker import LineWorker
 
 SETTINGS = settings(max_examples=120, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
@@ -113,7 +114,7 @@ def run_lines(kernel, lines: list[bytes], byte_path: bool) -> list[runner.LineRe
     previous = _kernel.use(kernel)
     try:
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(runner._Worker, "byte_path", byte_path)
+            patch.setattr(LineWorker, "byte_path", byte_path)
             return list(runner.process_lines([list(enumerate(lines, 1))], SEED_POLICY))
     finally:
         _kernel.use(previous)

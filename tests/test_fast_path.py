@@ -28,7 +28,7 @@ from contextpolicy import (
     validate_context_policy,
 )
 from contextpolicy import _kernel as kernel
-from contextpolicy.jsonl.runner import _Worker
+from contextpolicy.jsonl.worker import LineWorker
 from contextpolicy.synthetic import (
     SEED_POLICY,
     agent_trace_corpus,
@@ -162,7 +162,7 @@ def test_the_runner_in_one_call_equals_the_runner_step_by_step(calls):
     lines = [orjson.dumps({"id": f"c{i}", "messages": m, "extra": 12345678901234567890 % 97})
              for i, m in enumerate(transcripts())]
     for policy in TRIMS:
-        fast, slow = _Worker(policy, with_reports=True), _Worker(policy, with_reports=True)
+        fast, slow = LineWorker(policy, with_reports=True), LineWorker(policy, with_reports=True)
         assert fast.fused is not None
         slow.fused = None  # the plan path: from_messages, process_context
         before = calls["reduce_transcript"]
@@ -180,7 +180,7 @@ def test_the_runner_errors_are_the_same_in_one_call():
         [{"role": "user", "content": "q"}, 7],
         [{"role": "assistant", "tool_calls": "x"}, {"role": "user", "content": "q"}],
     ]
-    fast, slow = _Worker(SEED_POLICY, False), _Worker(SEED_POLICY, False)
+    fast, slow = LineWorker(SEED_POLICY, False), LineWorker(SEED_POLICY, False)
     slow.fused = None
     for number, messages in enumerate(bad, 1):
         raw = orjson.dumps({"id": "x", "messages": messages})

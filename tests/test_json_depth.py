@@ -22,6 +22,7 @@ from contextpolicy.batch import reduce_table
 from contextpolicy.handlers import clear_tool_results, summarize, truncate_messages
 from contextpolicy.jsonl import runner
 from contextpolicy.jsonl.files import InputFile, dumps_exactly
+from contextpolicy.jsonl.worker import LineWorker
 
 from .hostile import deep_dict
 from .test_batch import expected, filled
@@ -301,7 +302,7 @@ LINE_DEPTH = 5  # a transcript line, its messages, a message, its content, a par
 def runner_outcome(path: Any, policy: dict[str, Any], byte_path: bool,
                    jobs: int) -> list[tuple[Any, ...]]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner._Worker, "byte_path", byte_path)
+        patch.setattr(LineWorker, "byte_path", byte_path)
         with InputFile(str(path)) as source:
             return [(r.line, r.output, r.report, r.error, r.scanned)
                     for r in runner.process_lines(source.ranges(1 << 20, workers=jobs),

@@ -19,8 +19,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextpolicy import _kernel_py
-from contextpolicy.jsonl import runner
+from contextpolicy import _kernel, _kernel_py
+from contextpolicy.jsonl.templates import FusedReports
+from contextpolicy.jsonl.worker import LineWorker
 from contextpolicy.synthetic import corpus
 
 from .test_scan import (
@@ -41,8 +42,8 @@ MORE_POLICIES = [
 ]
 
 
-def worker_of(policy: dict[str, Any]) -> runner._Worker:
-    worker = runner._Worker(policy, True, runs=True)
+def worker_of(policy: dict[str, Any]) -> LineWorker:
+    worker = LineWorker(policy, True, runs=True)
     assert worker.fused is not None
     return worker
 
@@ -50,20 +51,20 @@ def worker_of(policy: dict[str, Any]) -> runner._Worker:
 _OWN = object()
 
 
-def call(worker: runner._Worker, data: bytes, starts: list[int], stops: list[int],
+def call(worker: LineWorker, data: bytes, starts: list[int], stops: list[int],
          template: Any = _OWN) -> tuple[Any, ...]:
     return (data, starts, stops, worker.fused, worker.prepared._trigger,
             worker.prepared._watermark,
             worker.reports.entry_template() if template is _OWN else template)
 
 
-def check_entries(differential, worker: runner._Worker, lines: list[bytes]) -> list[bool]:
+def check_entries(differential, worker: LineWorker, lines: list[bytes]) -> list[bool]:
     """Both kernels agree; out, ends and figures are reduce_lines'; every line of the byte path
     has its entry or its records. Returns, per line, whether the kernel wrote its entry."""
     data, starts, stops = frame(lines)
     args = call(worker, data, starts, stops)
     out, ends, figures, entries, entry_ends, raws = differential("report_lines", *args)
-    plain = runner._kernel.reduce_lines(*args[:-1], True)
+    plain = _kernel.reduce_lines(*args[:-1], True)
     assert bytes(out) == bytes(plain[0])
     assert np.array_equal(ends, plain[1]) and np.array_equal(figures, plain[2])
     assert len(raws) == len(entry_ends) == len(lines)
@@ -162,7 +163,7 @@ def test_every_status_and_reason(differential):
         worker = worker_of(trim_policy(trigger, target, steps))
         assert check_entries(differential, worker, [line]) == [True]
         data, starts, stops = frame([line])
-        *_, entries, _, _ = runner._kernel.report_lines(*call(worker, data, starts, stops))
+        *_, entries, _, _ = _kernel.report_lines(*call(worker, data, starts, stops))
         doc = orjson.loads(b"{" + bytes(entries))
         seen.update((s["status"], s["reason"]) for s in doc["report"]["steps"])
     assert {("skipped", "not-triggered"), ("skipped", "target-reached"),
@@ -175,7 +176,7 @@ def test_every_status_and_reason(differential):
 def test_a_policy_figure_like_a_sentinel_gets_no_template(slot, runs):
     # Neither template of the runner (the kernel's, or the Python renderer's per shape of
     # report) may take the policy's own figure for a slot.
-    policy = trim_policy(10, 5, [("message", 0, runner._FusedReports.SENTINEL + slot)])
+    policy = trim_policy(10, 5, [("message", 0, FusedReports.SENTINEL + slot)])
     assert worker_of(policy).reports.entry_template() is None
     lines = [b'{"id":1,"messages":[{"role":"user","content":"%b"}]}' % (b"x" * 30)] * 3
     on = run_lines(lines, policy, True, runs=runs)

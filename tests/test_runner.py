@@ -20,10 +20,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from contextpolicy import _kernel
 from contextpolicy.errors import ContextPolicyError
-from contextpolicy.jsonl import runner
+from contextpolicy.jsonl import digits, processes, runner
 from contextpolicy.jsonl.files import MIN_RANGE, FileError, FileRange, InputFile
 from contextpolicy.jsonl.runner import process_lines
+from contextpolicy.jsonl.worker import LineWorker
 from contextpolicy.synthetic import make_transcript
 
 EXAMPLES = resources.files("contextpolicy").joinpath("examples")
@@ -135,7 +137,7 @@ def test_any_range_size_and_job_count_give_the_results_of_one_process(corpus, ma
     assert no_workers_left()
 
 
-class Probe(runner._Worker):
+class Probe(LineWorker):
     """A worker that does a little more, however worker processes start: forked, they inherit
     it; spawned (macOS, Windows, ``CONTEXTPOLICY_START_METHOD=spawn``) or started by a fork
     server, they unpickle it, by reference to this module, with what it was given here (a
@@ -182,7 +184,7 @@ def probe(monkeypatch):
     """``probe(**what)``: the runs of this test use a ``Probe`` worker given ``what``."""
 
     def use(**what):
-        monkeypatch.setattr(runner, "_Worker", lambda policy, with_reports, *rest:
+        monkeypatch.setattr(runner, "LineWorker", lambda policy, with_reports, *rest:
                             Probe(policy, with_reports, **what))
 
     return use
@@ -257,11 +259,11 @@ def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch,
                                                             byte_path):
     # The lines of the range being worked on are still referenced by the traceback when the
     # run cleans up; unmapping the file must not replace the interrupt with an error of its own.
-    monkeypatch.setattr(runner._Worker, "byte_path", byte_path)
+    monkeypatch.setattr(LineWorker, "byte_path", byte_path)
     seen = []
     parent = os.getpid()
     if byte_path:
-        original = runner._kernel.reduce_lines
+        original = _kernel.reduce_lines
 
         def reduce_lines(*args):
             seen.append(1)
@@ -269,9 +271,9 @@ def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch,
                 raise KeyboardInterrupt
             return original(*args)
 
-        monkeypatch.setattr(runner._kernel, "reduce_lines", reduce_lines)
+        monkeypatch.setattr(_kernel, "reduce_lines", reduce_lines)
     else:
-        original_line = runner._Worker.line
+        original_line = LineWorker.line
 
         def line(self, number, raw):
             seen.append(number)
@@ -279,7 +281,7 @@ def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch,
                 raise KeyboardInterrupt
             return original_line(self, number, raw)
 
-        monkeypatch.setattr(runner._Worker, "line", line)
+        monkeypatch.setattr(LineWorker, "line", line)
     with pytest.raises(KeyboardInterrupt):
         outcome(corpus, 200_000, jobs)
     assert no_workers_left()
@@ -288,16 +290,16 @@ def test_an_interrupt_inside_a_line_is_what_the_caller_sees(corpus, monkeypatch,
 # ---------------------------------------------------------------------------------------------
 # how worker processes start: CONTEXTPOLICY_START_METHOD
 
-AVAILABLE = [m for m in runner.START_METHODS if m in multiprocessing.get_all_start_methods()]
+AVAILABLE = [m for m in processes.START_METHODS if m in multiprocessing.get_all_start_methods()]
 
 
 @pytest.mark.parametrize("source", ["stream", "file"])
 @pytest.mark.parametrize("method", AVAILABLE)
 def test_the_variable_selects_how_the_workers_start(corpus, monkeypatch, probe, method, source):
-    monkeypatch.setenv(runner.START_METHOD_VARIABLE, method)
+    monkeypatch.setenv(processes.START_METHOD_VARIABLE, method)
     monkeypatch.setattr(sys.modules[__name__], "INHERITED", True)
     probe(describe=True)
-    assert runner.start_method() == runner._context().get_start_method() == method
+    assert runner.start_method() == processes.context().get_start_method() == method
     if source == "stream":  # batches of lines go to a pool of workers
         batches = [[(n, b"{}") for n in range(k * 4 + 1, k * 4 + 5)] for k in range(8)]
         outputs = [r.output for r in process_lines(batches, POLICY, jobs=2)]
@@ -322,17 +324,17 @@ def test_the_variable_selects_how_the_workers_start(corpus, monkeypatch, probe, 
 def test_without_the_variable_workers_fork_on_linux_and_are_spawned_elsewhere(monkeypatch,
                                                                              value):
     if value is None:
-        monkeypatch.delenv(runner.START_METHOD_VARIABLE, raising=False)
+        monkeypatch.delenv(processes.START_METHOD_VARIABLE, raising=False)
     else:
-        monkeypatch.setenv(runner.START_METHOD_VARIABLE, value)
+        monkeypatch.setenv(processes.START_METHOD_VARIABLE, value)
     expected = "fork" if sys.platform == "linux" else "spawn"
-    assert runner.start_method() == runner._context().get_start_method() == expected
+    assert runner.start_method() == processes.context().get_start_method() == expected
 
 
 @pytest.mark.parametrize("jobs", [1, 2])
 @pytest.mark.parametrize("value", ["vfork", "Spawn", "spawn ", "threads"])
 def test_an_unknown_start_method_is_a_clear_error_before_any_work(monkeypatch, value, jobs):
-    monkeypatch.setenv(runner.START_METHOD_VARIABLE, value)
+    monkeypatch.setenv(processes.START_METHOD_VARIABLE, value)
     with pytest.raises(ValueError) as info:
         next(process_lines([[(1, b'{"id": "a", "messages": []}')]], POLICY, jobs=jobs))
     assert str(info.value) == (
@@ -344,7 +346,7 @@ def test_an_unknown_start_method_is_a_clear_error_before_any_work(monkeypatch, v
 
 def test_a_start_method_this_platform_lacks_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(multiprocessing, "get_all_start_methods", lambda: ["spawn"])  # Windows
-    monkeypatch.setenv(runner.START_METHOD_VARIABLE, "forkserver")
+    monkeypatch.setenv(processes.START_METHOD_VARIABLE, "forkserver")
     with pytest.raises(ValueError) as info:
         next(process_lines([[(1, b'{"id": "a", "messages": []}')]], POLICY, jobs=2))
     assert str(info.value) == (
@@ -371,15 +373,15 @@ def test_every_run_of_19_digits_is_found(pieces, padding, shift):
                                    b"1" * n + b":" for n, c in pieces)
     data = b"a" * (padding // 2) + data + b"b" * (padding - padding // 2)
     expected = [m.start() for m in LONG_RUN.finditer(data)]
-    assert runner.long_digit_runs(data) == expected
-    assert runner.long_digit_runs(memoryview(bytearray(data))) == expected
+    assert digits.long_digit_runs(data) == expected
+    assert digits.long_digit_runs(memoryview(bytearray(data))) == expected
 
 
 @pytest.mark.parametrize("byte_path", [True, False])
 def test_the_lines_that_hold_a_long_run_are_read_exactly(tmp_path, monkeypatch, byte_path):
     # Read as bytes, a line is copied as it is; parsed, it is read again exactly and written
     # compact. Big integers survive both.
-    monkeypatch.setattr(runner._Worker, "byte_path", byte_path)
+    monkeypatch.setattr(LineWorker, "byte_path", byte_path)
     lines = [b'{"id": 18446744073709551616, "messages": []}', b'{"id": 1, "messages": []}',
              b'{"id": "12345678901234567890", "messages": []}', b'{"id": -9223372036854775809, '
              b'"messages": [], "n": 1.5}']
@@ -398,7 +400,7 @@ def test_the_lines_that_hold_a_long_run_are_read_exactly(tmp_path, monkeypatch, 
         streamed = [r.output for r in process_lines([[(i + 1, line) for i, line in
                                                       enumerate(lines)]], POLICY, jobs=jobs)]
         assert streamed == outputs
-    worker = runner._Worker(POLICY, False)  # a line handed over alone is checked by itself
+    worker = LineWorker(POLICY, False)  # a line handed over alone is checked by itself
     assert worker.line(1, memoryview(lines[0])).output == b'{"id":18446744073709551616,"messages":[]}\n'
 
 
@@ -411,12 +413,12 @@ def test_the_lines_that_hold_a_long_run_are_read_exactly(tmp_path, monkeypatch, 
 def test_a_worker_is_started_only_for_a_range_there_is(corpus, monkeypatch, jobs):
     started = []
 
-    class Counted(runner._Child):
+    class Counted(processes.WorkerProcess):
         def __init__(self, *args):
             started.append(1)
             super().__init__(*args)
 
-    monkeypatch.setattr(runner, "_Child", Counted)
+    monkeypatch.setattr(processes, "WorkerProcess", Counted)
     for max_bytes in (10**9, 120_000, 40_000):
         count = len(ranges(corpus, max_bytes, jobs))
         started.clear()
@@ -478,13 +480,13 @@ def contextpolicy_threads():
 @pytest.mark.parametrize("jobs", [2, 3])
 def test_lines_read_as_bytes_share_the_ranges_between_threads(corpus, jobs, monkeypatch):
     seen = set()
-    original = runner._Worker.batch
+    original = LineWorker.batch
 
     def batch(self, task, between=None):
         seen.add(threading.current_thread().name)
         return original(self, task, between)
 
-    monkeypatch.setattr(runner._Worker, "batch", batch)
+    monkeypatch.setattr(LineWorker, "batch", batch)
     shared = outcome(corpus, 4_000, jobs)
     # threads of the pool, never this one (the pool starts a thread only when none is idle)
     assert 1 <= len(seen) <= jobs and all(name.startswith("contextpolicy") for name in seen)
@@ -508,7 +510,7 @@ def test_an_interrupted_or_abandoned_threaded_run_stops_its_threads(corpus, exce
 
 
 def test_a_failing_range_in_a_thread_is_the_callers_error(corpus, monkeypatch):
-    original = runner._Worker.batch
+    original = LineWorker.batch
     calls = []
 
     def batch(self, task, between=None):
@@ -517,7 +519,7 @@ def test_a_failing_range_in_a_thread_is_the_callers_error(corpus, monkeypatch):
             raise RuntimeError("a range failed")
         return original(self, task, between)
 
-    monkeypatch.setattr(runner._Worker, "batch", batch)
+    monkeypatch.setattr(LineWorker, "batch", batch)
     with pytest.raises(RuntimeError, match="a range failed"):
         outcome(corpus, 4_000, 2)
     assert contextpolicy_threads() == []
@@ -528,7 +530,6 @@ def test_a_pool_whose_terminate_hangs_is_stopped_anyway(monkeypatch):
     # wait, the workers are killed and the pipes closed, which ends the waiting thread.
     import threading
 
-    from contextpolicy.jsonl import runner
 
     class End:
         closed = False
@@ -554,10 +555,10 @@ def test_a_pool_whose_terminate_hangs_is_stopped_anyway(monkeypatch):
             while not self._inqueue._reader.closed:
                 threading.Event().wait(0.01)
 
-    monkeypatch.setattr(runner, "_TERMINATE_WAIT", 0.2)
+    monkeypatch.setattr(processes, "TERMINATE_WAIT", 0.2)
     pool = HangingPool()
     before = threading.active_count()
-    runner._terminate(pool)
+    processes.terminate_pool(pool)
     assert all(w.killed for w in pool._pool)
     assert all(getattr(c, end).closed for c in (pool._inqueue, pool._outqueue)
                for end in ("_reader", "_writer"))

@@ -30,11 +30,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextpolicy import _kernel_py
+from contextpolicy import _kernel, _kernel_py
 from contextpolicy._tables import MISSED_REASONS, TEXT_PART_TYPES
-from contextpolicy.jsonl import runner
+from contextpolicy.jsonl import digits, runner
 from contextpolicy.jsonl.diagnose import json_problem
 from contextpolicy.jsonl.files import InputFile
+from contextpolicy.jsonl.worker import LineWorker
 from contextpolicy.synthetic import corpus
 
 from . import strategies as S
@@ -629,7 +630,7 @@ def plainly_written(line: bytes) -> bool:
         doc = orjson.loads(line)
     except orjson.JSONDecodeError:
         return False
-    if "\\ud" in json.dumps(doc) or runner.long_digit_runs(line):
+    if "\\ud" in json.dumps(doc) or digits.long_digit_runs(line):
         return False
     for m in doc["messages"]:
         ids = [m.get("tool_call_id")]
@@ -960,7 +961,7 @@ def run_lines(lines: list[bytes], policy: dict[str, Any], byte_path: bool,
               with_reports: bool = True, runs: bool = False) -> list[runner.LineResult]:
     numbered = [(k + 1, line) for k, line in enumerate(lines)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner._Worker, "byte_path", byte_path)
+        patch.setattr(LineWorker, "byte_path", byte_path)
         return list(runner.process_lines([numbered], policy, with_reports=with_reports,
                                          runs=runs))
 
@@ -986,10 +987,10 @@ def compare_runner(lines: list[bytes], policy: dict[str, Any]) -> list[int]:
             assert a.output is not None and a.output.endswith(b"\n"), where
             assert exact_loads(a.output) == exact_loads(b.output), where
     # what took the byte path is what the kernel handles
-    worker = runner._Worker(policy, True)
+    worker = LineWorker(policy, True)
     data, starts, stops = frame(lines)
     if worker.fused is not None:
-        _, _, figures, _ = runner._kernel.reduce_lines(
+        _, _, figures, _ = _kernel.reduce_lines(
             data, starts, stops, worker.fused, worker.prepared._trigger,
             worker.prepared._watermark, False)
         assert [r.scanned for r in on] == figures[:, 0].tolist()
@@ -1036,7 +1037,7 @@ def test_runner_runs_of_lines(lines, policy, with_reports):
 def file_outcome(path: Path, policy: dict[str, Any], byte_path: bool, jobs: int,
                  max_bytes: int) -> list[tuple[Any, ...]]:
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(runner._Worker, "byte_path", byte_path)
+        patch.setattr(LineWorker, "byte_path", byte_path)
         with InputFile(str(path)) as source:
             return [(r.line, None if r.output is None else exact_loads(r.output), r.report,
                      r.figures, r.error, r.violation, r.lines)

@@ -130,9 +130,15 @@ def test_measures_flag_and_list_unknown_roles(differential):
 def test_unknown_roles_refuse_a_list_that_is_not_theirs(differential):
     with pytest.raises(ValueError, match="differ in length"):
         differential(lambda k, m: k.measure(m).unknown_roles(m[:1]), MIXED)
-    with pytest.raises(TypeError, match="no string role"):
+    # A flagged message with no string role now: it changed since it was measured.
+    with pytest.raises(ContextPlanError, match=r"messages\[0\]\.role: the message changed while "
+                       r"it was measured") as info:
         differential(lambda k, m: k.measure(m).unknown_roles(
             [{"role": 5}] + m[1:]), MIXED)
+    assert info.value.codes == ["changed-while-measured"]
+    with pytest.raises(ContextPlanError, match=r"fragments\[history\]\.messages\[0\]\.role"):
+        differential(lambda k, m: k.measure(m).unknown_roles(
+            [{"role": 5}] + m[1:], 0, "history"), MIXED)
     with pytest.raises(ValueError, match="outside"):
         differential(lambda k, m: k.measure(m).unknown_roles(m, 99), MIXED)
 

@@ -137,8 +137,9 @@ def _below(arr: Any, place: Place) -> list[tuple[Any, Place]]:
 
         return [(pc.run_end_decode(arr), place)]
     if pa.types.is_struct(t):
-        return [(arr.field(k), Place(place, lambda i, k=k, label=f.name: (i, (k, label))))
-                for k, f in enumerate(t)]
+        def field(k: int, label: str) -> Callable[[int], tuple[int, Step | None] | None]:
+            return lambda i: (i, (k, label))
+        return [(arr.field(k), Place(place, field(k, f.name))) for k, f in enumerate(t)]
     if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_map(t):
         offs = np.asarray(arr.offsets, dtype=np.int64)  # this slice's, into the whole values
         base = int(offs[0])
@@ -191,13 +192,17 @@ def _leaves(arr: Any, place: Place, holds: _Holds) -> Iterator[tuple[Any, Place]
             todo.extend(reversed(_below(arr, place)))
 
 
+def _row_link(start: int) -> Callable[[int], tuple[int, Step | None] | None]:
+    return lambda i: (i, (start + i, start + i))
+
+
 def _top(arr: Any, name: str, want: Callable[[Any], bool]) -> Iterator[tuple[Any, Place]]:
     """The leaves of a column (an Array, or a ChunkedArray whose rows run on over its chunks)."""
     chunks = arr.chunks if hasattr(arr, "chunks") else [arr]
     holds = _Holds(want)
     start = 0
     for chunk in chunks:
-        row = Place(None, lambda i, start=start: (i, (start + i, start + i)))
+        row = Place(None, _row_link(start))
         yield from _leaves(chunk, row, holds)
         start += len(chunk)
 

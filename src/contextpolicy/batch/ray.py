@@ -124,11 +124,11 @@ class ReduceLines:
     """
 
     def __init__(self, policy: Any, *, column: str = "text") -> None:
-        from ..jsonl.runner import _Worker
+        from ..jsonl.worker import LineWorker
 
         doc = policy if isinstance(policy, dict) else policy.to_json_dict()
         self.column = column
-        self.worker = _Worker(doc, False)
+        self.worker = LineWorker(doc, False)
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa

@@ -452,8 +452,8 @@ class ParquetFromLines:
             yield first, self._rows(first, chunk)
 
     def _rows(self, first: int, lines: list[bytes]) -> list[Any]:
+        from ..jsonl.digits import long_digit_runs
         from ..jsonl.files import reread_exactly
-        from ..jsonl.runner import long_digit_runs
 
         rows = [orjson.loads(line) for line in lines]
         # Only a line with a run of 19 digits can hold an integer orjson makes a float: the
