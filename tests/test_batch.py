@@ -613,12 +613,18 @@ gathered_message = st.none() | st.fixed_dictionaries({
 @given(st.lists(st.none() | st.lists(gathered_message, max_size=5), min_size=1, max_size=12),
        st.booleans(), st.data())
 def test_gather_by_ranges_is_a_take(rows, large, data):
-    from contextpolicy.batch.table import _gather, _ranges, _runs, _storage_type, _take
+    from contextpolicy.batch.assemble import (
+        expand_ranges,
+        gather,
+        joined_runs,
+        storage_type_of,
+        take_values,
+    )
 
     t = (pa.large_list if large else pa.list_)(GATHERED)
     # Built without the dictionary and the extension, then cast (Arrow builds a null struct's
     # dictionary child with an index into an empty dictionary).
-    plain = _storage_type(t.value_type)
+    plain = storage_type_of(t.value_type)
     plain = pa.struct([f.with_type(pa.string()) if f.name == "kind" else f for f in plain])
     column = pa.array(rows, type=(pa.large_list if large else pa.list_)(plain)).cast(t)
     column.validate(full=True)
@@ -630,8 +636,8 @@ def test_gather_by_ranges_is_a_take(rows, large, data):
                                     max_size=6))
         starts = np.array([a for a, _ in ranges], dtype=np.int64)
         lengths = np.array([b - a for a, b in ranges], dtype=np.int64)
-        want = _take(target, pa.array(_ranges(starts, lengths), type=pa.int64()))
-        for got in (_gather(target, starts, lengths), _gather(target, *_runs(starts, lengths))):
+        want = take_values(target, pa.array(expand_ranges(starts, lengths), type=pa.int64()))
+        for got in (gather(target, starts, lengths), gather(target, *joined_runs(starts, lengths))):
             got.validate(full=True)
             assert got.type == target.type
             assert got.to_pylist() == want.to_pylist()
@@ -639,11 +645,11 @@ def test_gather_by_ranges_is_a_take(rows, large, data):
 
 
 def test_gather_of_one_range_is_a_slice_and_copies_nothing():
-    from contextpolicy.batch.table import _gather
+    from contextpolicy.batch.assemble import gather
 
     arr = pa.array([[{"role": "user", "content": "a"}]] * 4,
                    type=pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())])))
-    got = _gather(arr, np.array([1]), np.array([2]))
+    got = gather(arr, np.array([1]), np.array([2]))
     assert got.offset == 1 and got.buffers()[1].address == arr.buffers()[1].address
 
 
@@ -689,7 +695,7 @@ def values_of(t: pa.DataType) -> st.SearchStrategy:
 @given(arrow_types, st.data())
 def test_json_lengths_are_the_compact_json_of_the_values(t, data):
     from contextpolicy._kernel_py import COMPACT_JSON
-    from contextpolicy.batch.table import _json_lengths
+    from contextpolicy.batch.arrow import json_lengths
 
     values = data.draw(st.lists(values_of(t), max_size=8))
     try:
@@ -698,7 +704,7 @@ def test_json_lengths_are_the_compact_json_of_the_values(t, data):
         return  # a type Arrow cannot build from Python values (a view in a list, say)
     lo = data.draw(st.integers(0, len(arr)))
     arr = arr.slice(lo, data.draw(st.integers(0, len(arr) - lo)))
-    got = _json_lengths(arr)
+    got = json_lengths(arr)
     if "double" in str(t):  # floats: only Python writes their shortest form, the values say
         assert got is None
         return
@@ -707,28 +713,28 @@ def test_json_lengths_are_the_compact_json_of_the_values(t, data):
 
 def test_json_lengths_of_the_integer_edges():
     from contextpolicy._kernel_py import COMPACT_JSON
-    from contextpolicy.batch.table import _json_lengths
+    from contextpolicy.batch.arrow import json_lengths
 
     edges = [0, -1, 9, 10, -10, 99, 100, 10**18 - 1, 10**18, 2**63 - 1, -2**63, -2**63 + 1]
     arr = pa.array(edges, type=pa.int64())
-    assert _json_lengths(arr).tolist() == [len(COMPACT_JSON.encode(v)) for v in edges]
+    assert json_lengths(arr).tolist() == [len(COMPACT_JSON.encode(v)) for v in edges]
     big = [0, 10**19 - 1, 10**19, 2**64 - 1]
-    assert _json_lengths(pa.array(big, type=pa.uint64())).tolist() == [1, 19, 20, 20]
+    assert json_lengths(pa.array(big, type=pa.uint64())).tolist() == [1, 19, 20, 20]
     # A struct with a key twice reads back as a dict with one of them: the values say.
     twice = pa.StructArray.from_arrays([pa.array([1]), pa.array([22])], names=["k", "k"])
-    assert _json_lengths(twice) is None
+    assert json_lengths(twice) is None
 
 
 def test_a_dictionarys_null_values_are_nulls():
     from contextpolicy._kernel_py import COMPACT_JSON
-    from contextpolicy.batch.table import _json_lengths
+    from contextpolicy.batch.arrow import json_lengths
 
     # Indices that are valid, pointing at a null in the dictionary: null once decoded.
     codes = pa.DictionaryArray.from_arrays(pa.array([0, 1, None], type=pa.int8()),
                                            pa.array(["a", None]))
     for arr in (codes, pa.StructArray.from_arrays([codes], names=["k"]),
                 pa.ListArray.from_arrays(pa.array([0, 3], type=pa.int32()), codes)):
-        assert _json_lengths(arr).tolist() == [len(COMPACT_JSON.encode(v))
+        assert json_lengths(arr).tolist() == [len(COMPACT_JSON.encode(v))
                                                for v in arr.to_pylist()]
     # A tool input holding one, and a text part whose text is one: as the object path says.
     inputs = pa.StructArray.from_arrays([codes.slice(0, 2)], names=["q"])

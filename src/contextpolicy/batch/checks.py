@@ -21,6 +21,7 @@ import numpy as np
 
 from .. import _kernel
 from ..errors import ContextPlanError
+from .arrow import null_mask, require_pyarrow, string_buffers
 
 __all__ = ["check_json_numbers", "check_utf8"]
 
@@ -58,19 +59,13 @@ class Place:
         return tuple(steps)
 
 
-def _pa() -> Any:
-    import pyarrow as pa
-
-    return pa
-
-
 def _path(name: str, steps: tuple[Step, ...]) -> str:
     return name + "".join(f"[{label}]" if isinstance(label, int) else f".{label}"
                           for _, label in steps)
 
 
 def _is_list(t: Any) -> bool:
-    pa = _pa()
+    pa = require_pyarrow()
     return bool(pa.types.is_list(t) or pa.types.is_large_list(t)
                 or pa.types.is_fixed_size_list(t) or pa.types.is_list_view(t)
                 or pa.types.is_large_list_view(t))
@@ -78,7 +73,7 @@ def _is_list(t: Any) -> bool:
 
 def _types_below(t: Any) -> list[Any]:
     """The types a value of type ``t`` holds one level down."""
-    pa = _pa()
+    pa = require_pyarrow()
     if isinstance(t, pa.BaseExtensionType):
         return [t.storage_type]
     if pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t) or _is_list(t):
@@ -126,7 +121,7 @@ def _list_link(offsets: Any) -> Callable[[int], tuple[int, Step | None] | None]:
 def _below(arr: Any, place: Place) -> list[tuple[Any, Place]]:
     """The arrays one level inside ``arr``, in order, each with the place of its values (an
     encoding Arrow can undo, a dictionary or run ends, keeps the place)."""
-    pa = _pa()
+    pa = require_pyarrow()
     t = arr.type
     if isinstance(t, pa.BaseExtensionType):
         return [(arr.storage, place)]
@@ -212,7 +207,7 @@ def _top(arr: Any, name: str, want: Callable[[Any], bool]) -> Iterator[tuple[Any
 
 
 def _is_text(t: Any) -> bool:
-    pa = _pa()
+    pa = require_pyarrow()
     return bool(pa.types.is_string(t) or pa.types.is_large_string(t)
                 or pa.types.is_string_view(t))
 
@@ -220,18 +215,17 @@ def _is_text(t: Any) -> bool:
 def _first_bad_string(leaf: Any, place: Place) -> tuple[tuple[Step, ...], str] | None:
     """The first string of ``leaf`` that is not UTF-8 and is a value of a row: its place and
     what is wrong with it."""
-    from .table import _buffers, _nulls
 
-    pa = _pa()
+    pa = require_pyarrow()
     if pa.types.is_string_view(leaf.type):
         leaf = leaf.cast(pa.large_string())  # the same bytes, in one buffer
-    data, offs = _buffers(leaf)
+    data, offs = string_buffers(leaf)
     try:
         _kernel.utf8_validate(data, offs)  # every string's bytes, nulls' too, at once
         return None
     except _kernel.Utf8Error:
         pass
-    nulls = _nulls(leaf) if leaf.null_count else None
+    nulls = null_mask(leaf) if leaf.null_count else None
     start = 0
     while start < len(leaf):
         try:
@@ -301,7 +295,7 @@ def check_json_numbers(arr: Any, name: str) -> None:
     has neither, and a JSON writer would turn it into ``null``."""
     import pyarrow.compute as pc
 
-    pa = _pa()
+    pa = require_pyarrow()
     first: tuple[tuple[Step, ...], Any] | None = None
     for leaf, place in _top(arr, name, pa.types.is_floating):
         numbers = leaf.cast(pa.float32()) if pa.types.is_float16(leaf.type) else leaf

@@ -56,7 +56,7 @@ def _pyarrow() -> tuple[Any, Any]:
 
 def _plain_rows(batch: Any, column: str) -> list[dict[str, Any]]:
     """A batch's rows as JSON-ready objects: JSON-typed message fields parsed again."""
-    from ..batch.table import _json_fields, _parse_json_fields
+    from ..batch.rows import json_field_names, parse_json_fields
 
     pa, _ = _pyarrow()
     rows: list[dict[str, Any]] = batch.to_pylist()
@@ -65,10 +65,10 @@ def _plain_rows(batch: Any, column: str) -> list[dict[str, Any]]:
         pa.types.is_struct(t.value_type)
     ):
         return rows
-    fields = _json_fields(t.value_type)
+    fields = json_field_names(t.value_type)
     if fields:
         for r, row in enumerate(rows):
-            _parse_json_fields(row.get(column), r, column, fields)
+            parse_json_fields(row.get(column), r, column, fields)
     return rows
 
 
@@ -586,7 +586,7 @@ def _with_json_content(schema: Any) -> Any:
 
 
 def _storage(schema: Any) -> Any:
-    from ..batch.table import _storage_type
+    from ..batch.assemble import storage_type_of
 
     pa, _ = _pyarrow()
-    return pa.schema([f.with_type(_storage_type(f.type)) for f in schema])
+    return pa.schema([f.with_type(storage_type_of(f.type)) for f in schema])

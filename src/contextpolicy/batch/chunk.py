@@ -1,0 +1,260 @@
+"""One chunk of a column reduced: measured from its buffers, split, grouped and cut in one kernel
+call, the rows that need objects run on the object path, and the output and figures built."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import _kernel
+from .._tables import (
+    MISSED_REASONS,
+    ROLE_OTHER,
+)
+from ..errors import ContextPlanError
+from .arrow import is_list_type, offsets_of, require_pyarrow
+from .assemble import expand_ranges, gather, index_runs, joined_runs, new_values
+from .checks import check_utf8
+from .measure import Measured
+from .rows import json_field_names, object_row, rows_messages
+from .run import FRAGMENTS, ROW_WARNING_CODES, TableRun, warning_type
+
+
+def _unknown_roles(measured: Measured, fast: Any, offs: Any, head: Any, cut: Any,
+                   tail: Any) -> tuple[Any, Any, Any] | None:
+    """The ``unknown-role`` warnings of the rows reduced here, as arrays ``(row, fragment,
+    index)``: per row and fragment of the result (system before ``head``, the kept history
+    from ``cut``, the question from ``tail``), one per role the accounting does not know, at
+    its first message, in order. Roles are told apart by their bytes (dictionary codes): the
+    figures name no role, so none is decoded."""
+    at = np.flatnonzero(measured.roles == ROLE_OTHER)
+    if not len(at):
+        return None
+    row = np.searchsorted(offs, at, side="right") - 1
+    at, row = at[fast[row]], row[fast[row]]
+    h, c, t = head[row], cut[row], tail[row]
+    kept = (at < h) | (at >= c)  # messages head..cut were trimmed
+    at, row, h, c, t = at[kept], row[kept], h[kept], c[kept], t[kept]
+    if not len(at):
+        return None
+    frag = np.where(at < h, 0, np.where(at < t, 1, 2))
+    start = np.where(frag == 0, offs[:-1][row], np.where(frag == 1, c, t))
+    import pyarrow.compute as pc
+
+    role = pc.dictionary_encode(measured.role_strings.take(require_pyarrow().array(at)))
+    code = np.asarray(role.indices, dtype=np.int64)
+    # each (row, fragment, role) at its first message, in order of rows, fragments, messages
+    order = np.lexsort((at, code, frag, row))
+    row, frag, code, at, start = row[order], frag[order], code[order], at[order], start[order]
+    first = np.flatnonzero(np.concatenate([[True], (row[1:] != row[:-1]) | (
+        frag[1:] != frag[:-1]) | (code[1:] != code[:-1])]))
+    order = np.lexsort((at[first], frag[first], row[first]))
+    first = first[order]
+    return row[first], frag[first], at[first] - start[first]
+
+
+class Chunk:
+    """One chunk of the column, reduced."""
+
+    def __init__(self, run: TableRun, arr: Any, column: str) -> None:
+        pa = require_pyarrow()
+        t = arr.type
+        if not (is_list_type(t) and pa.types.is_struct(t.value_type)):
+            raise ContextPlanError(
+                f"expected a list<struct<role, content, ...>> column, got {t}", path=column,
+                code="invalid-messages",
+            )
+        n = len(arr)
+        json_fields = json_field_names(t.value_type)
+        try:
+            measured = Measured(arr, column) if run.steps is not None else None
+        except _kernel.Utf8Error as exc:
+            check_utf8(arr, column)  # names the first string that is not UTF-8
+            raise ContextPlanError(f"holds bytes that are not UTF-8 ({exc})", path=column,
+                                   code="invalid-utf8") from None
+        # Every string of the column, at any depth, is UTF-8 (those the counts read are known
+        # to be): what is not goes into no figure, no warning and no output.
+        check_utf8(arr, column, measured.counted if measured is not None else None)
+        if measured is None:
+            slow = np.ones(n, dtype=bool)
+            offs, values = offsets_of(arr)
+        else:
+            slow = measured.slow
+            offs, values = measured.offsets, measured.values
+        figs = {name: np.zeros(n, dtype=np.int64) for name in (
+            "chars_before", "chars_after", "messages_before", "messages_after",
+            "groups_removed")}
+        triggered = np.zeros(n, dtype=bool)
+        missed = np.zeros(n, dtype=np.uint8)  # a missed reason's code (0: none)
+        reached: Any = np.zeros(n, dtype=bool)
+        reached_null = np.zeros(n, dtype=bool)
+        tokens = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)]
+        starts = np.empty(2 * n, dtype=np.int64)
+        lengths = np.zeros(2 * n, dtype=np.int64)
+        changed = False
+        object_rows = np.flatnonzero(slow)
+        w_rows: list[Any] = []
+        w_cols: list[Any] = [[], [], [], []]
+        if measured is not None:
+            prepared = run.prepared
+            assert run.steps is not None
+            head, cut, tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
+                offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
+                measured.call_codes, measured.result_offsets, measured.result_codes,
+                measured.ncodes, run.steps,
+                prepared._trigger, prepared._watermark, slow.view(np.uint8),
+            )
+            fast = ~slow
+            a, b = offs[:-1], offs[1:]
+            watermark = prepared._watermark
+            kept = (b - a) - (cut - head)
+            over = (after > watermark) if watermark >= 0 else None
+            if not object_rows.size:
+                # Every row measured here: the kernel's arrays are the figures.
+                starts[0::2], lengths[0::2] = a, head - a
+                starts[1::2], lengths[1::2] = cut, b - cut
+                figs.update(chars_before=before, chars_after=after, messages_before=b - a,
+                            messages_after=kept, groups_removed=groups)
+                triggered = fired != 0
+                missed = codes
+                if run.reduces:
+                    reached = ~over if over is not None else np.ones(n, dtype=bool)
+                else:
+                    reached_null[:] = True
+                changed = bool(np.any(cut != head))
+            else:
+                starts[0::2], lengths[0::2] = a, np.where(fast, head - a, 0)
+                starts[1::2] = np.where(fast, cut, b)
+                lengths[1::2] = np.where(fast, b - cut, 0)
+                figs["chars_before"][fast] = before[fast]
+                figs["chars_after"][fast] = after[fast]
+                figs["messages_before"][fast] = (b - a)[fast]
+                figs["messages_after"][fast] = kept[fast]
+                figs["groups_removed"][fast] = groups[fast]
+                triggered[fast] = fired[fast].astype(bool)
+                missed[fast] = codes[fast]
+                if run.reduces:
+                    reached[fast] = True if over is None else ~over[fast]
+                else:
+                    reached_null[fast] = True
+                changed = bool(np.any(cut[fast] != head[fast]))
+            unknown = _unknown_roles(measured, fast, offs, head, cut, tail)
+            if unknown is not None:  # before the pairing warnings, as a report has them
+                u_row, u_frag, u_index = unknown
+                w_rows.append(u_row)
+                w_cols[0].append(pa.repeat(pa.scalar("unknown-role", type=pa.string()),
+                                           len(u_row)))
+                w_cols[1].append(pa.array(FRAGMENTS, type=pa.string()).take(pa.array(u_frag)))
+                w_cols[2].append(pa.array(u_index, type=pa.int64()))
+                w_cols[3].append(pa.nulls(len(u_row), type=pa.string()))
+            w_row, w_frag, w_index, w_code, w_id = warn
+            if len(w_row):
+                w_rows.append(w_row)
+                w_cols[0].append(pa.array(np.asarray(ROW_WARNING_CODES, dtype=object)[w_code],
+                                          type=pa.string()))
+                frag_names = pa.array(FRAGMENTS, type=pa.string())
+                w_cols[1].append(frag_names.take(pa.array(w_frag)))
+                w_cols[2].append(pa.array(w_index, type=pa.int64()))
+                w_cols[3].append(measured.id_strings(w_id).cast(pa.string()))
+        # The object path, row by row.
+        new: list[dict[str, Any]] = []
+        pieces: dict[int, list[int]] = {}
+        ow_rows: list[int] = []
+        ow: list[list[Any]] = [[], [], [], []]
+        rows_py = rows_messages(arr, object_rows, column, json_fields)
+        for row, messages in zip(object_rows.tolist(), rows_py, strict=True):
+            done = object_row(run, messages, column, row)
+            f = done.figures
+            for name, value in zip(figs, f[:5], strict=True):
+                figs[name][row] = value
+            triggered[row] = f[5]
+            if f[9] is not None:
+                missed[row] = MISSED_REASONS.index(f[9]) + 1
+            if f[6] is None:
+                reached_null[row] = True
+            else:
+                reached[row] = f[6]
+            if run.counted:
+                tokens[0][row] = f[7] or 0
+                tokens[1][row] = f[8] or 0
+            a_row = int(offs[row])
+            kept_at: list[int] = []
+            for item in done.kept:
+                if isinstance(item, int):
+                    kept_at.append(a_row + item)
+                else:
+                    kept_at.append(len(values) + len(new))
+                    new.append(item)
+            if kept_at != list(range(a_row, int(offs[row + 1]))):
+                changed = True
+            pieces[row] = kept_at
+            for w in done.warnings:
+                ow_rows.append(row)
+                for k in range(4):
+                    ow[k].append(w[k])
+        self.path = np.where(slow, 1, 0).astype(np.int8)
+        self.figs, self.triggered, self.tokens = figs, triggered, tokens
+        self.missed = missed
+        if not reached_null.any():
+            self.reached = pa.array(reached, type=pa.bool_())
+        elif reached_null.all():
+            self.reached = pa.nulls(n, type=pa.bool_())
+        else:
+            self.reached = pa.array(reached, mask=reached_null, type=pa.bool_())
+        if ow_rows:
+            w_rows.append(np.asarray(ow_rows, dtype=np.int64))
+            w_cols[0].append(pa.array(ow[0], type=pa.string()))
+            w_cols[1].append(pa.array(ow[1], type=pa.string()))
+            w_cols[2].append(pa.array(ow[2], type=pa.int64()))
+            w_cols[3].append(pa.array(ow[3], type=pa.string()))
+        self.warnings = self._warnings(n, w_rows, w_cols)
+        if not changed:
+            self.messages = arr
+            return
+        # Output: the kept messages of every row gathered by ranges from the column's values
+        # (and the new messages after them), rows delimited by offset arithmetic.
+        per_row = lengths[0::2] + lengths[1::2]
+        if not pieces:
+            taken = gather(values, *joined_runs(starts, lengths))
+        else:
+            indices = expand_ranges(starts, lengths)
+            # Object rows have no columnar ranges: their indices go where their row begins.
+            rows = np.asarray(sorted(pieces), dtype=np.int64)
+            fast_at = np.concatenate([[0], np.cumsum(per_row)])
+            segments = np.split(indices, fast_at[rows])
+            parts: list[Any] = [segments[0]]
+            for k, row in enumerate(rows.tolist()):
+                parts += [np.asarray(pieces[row], dtype=np.int64), segments[k + 1]]
+                per_row[row] = len(pieces[row])
+            indices = np.concatenate(parts)
+            source = values
+            if new:
+                source = pa.concat_arrays([values, new_values(t.value_type, new, json_fields,
+                                                               column)])
+            taken = gather(source, *index_runs(indices))
+        list_offsets = np.concatenate([[0], np.cumsum(per_row)])
+        cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
+        odtype = np.int64 if pa.types.is_large_list(t) else np.int32
+        mask = arr.is_null() if arr.null_count else None
+        self.messages = cls.from_arrays(pa.array(list_offsets.astype(odtype)), taken,
+                                        type=t, mask=mask)
+
+    @staticmethod
+    def _warnings(n: int, rows: list[Any], cols: list[list[Any]]) -> Any:
+        pa = require_pyarrow()
+        wtype = warning_type()
+        if not rows:
+            return pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)),
+                                            pa.array([], type=wtype.value_type), type=wtype)
+        row = np.concatenate(rows)
+        order = np.argsort(row, kind="stable")
+        struct = pa.StructArray.from_arrays(
+            [pa.concat_arrays(c).take(pa.array(order)) for c in cols],
+            fields=list(wtype.value_type),
+        )
+        counts = np.bincount(row, minlength=n)
+        offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
+        return pa.ListArray.from_arrays(pa.array(offsets), struct, type=wtype)
+
+
