@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from contextpolicy import ContextPlan, process_context
 from contextpolicy.batch import reduce_table
-from contextpolicy.cli.main import json_schema
+from contextpolicy.cli.schema import json_schema
 from contextpolicy.jsonl import runner
 from contextpolicy.plan import Fragment
 

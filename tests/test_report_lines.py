@@ -53,8 +53,8 @@ _OWN = object()
 
 def call(worker: LineWorker, data: bytes, starts: list[int], stops: list[int],
          template: Any = _OWN) -> tuple[Any, ...]:
-    return (data, starts, stops, worker.fused, worker.prepared._trigger,
-            worker.prepared._watermark,
+    return (data, starts, stops, worker.fused, worker.trigger,
+            worker.watermark,
             worker.reports.entry_template() if template is _OWN else template)
 
 

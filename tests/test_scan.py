@@ -991,8 +991,8 @@ def compare_runner(lines: list[bytes], policy: dict[str, Any]) -> list[int]:
     data, starts, stops = frame(lines)
     if worker.fused is not None:
         _, _, figures, _ = _kernel.reduce_lines(
-            data, starts, stops, worker.fused, worker.prepared._trigger,
-            worker.prepared._watermark, False)
+            data, starts, stops, worker.fused, worker.trigger,
+            worker.watermark, False)
         assert [r.scanned for r in on] == figures[:, 0].tolist()
     return [r.scanned for r in on]
 

@@ -54,9 +54,8 @@ from .policy.watermark import missed_reason, targets_met
 from .policy.watermark import triggered as policy_triggered
 from .prepared import (
     PreparedPolicy,
-    _is_async_callable,
-    _items,
     check_arguments,
+    is_async_callable,
     plan_refs,
     prepared_for_call,
     tokens_without_counter,
@@ -68,13 +67,13 @@ from .report import (
     ContextResult,
     PlanWarning,
     ReportData,
+    ReportModel,
     StepReport,
     Totals,
     Usage,
-    _given,
-    _lazy,
-    _Report,
     flat_json,
+    given_records,
+    lazy_result,
 )
 
 __all__ = [
@@ -244,7 +243,7 @@ class _Run:
         if not is_async:
             for ref in references(typed if typed is not None else policy):
                 handler = given.get(ref.name) if ref.what == "handler" else None
-                if handler is not None and _is_async_callable(handler):
+                if handler is not None and is_async_callable(handler):
                     issues.append(Issue(
                         ref.path, f"handler {ref.name!r} is a coroutine function; use "
                         "aprocess_context or astream_context", "async-handler",
@@ -257,7 +256,7 @@ class _Run:
                 "an audit needs the plan's original fragments (ContextPlan(original=...))",
                 path="original", code="missing-original",
             )
-        return PreparedPolicy._of(typed, given, tc)
+        return PreparedPolicy.of_valid(typed, given, tc)
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         # Event payloads are JSON figures; they are only built when someone listens.
@@ -325,7 +324,7 @@ class _Run:
         data = self._report(plan, outcome, before, after, measures_before, measures_after,
                             warnings)
         fragments = list(outcome.fragments)
-        result = _lazy(ContextResult, assemble(fragments), _given,
+        result = lazy_result(ContextResult, assemble(fragments), given_records,
                        (fragments, plan.original, data))
         if listening:
             self.emit("context.completed", {"before": before, "after": after,
@@ -732,7 +731,7 @@ def _json_of(value: Any) -> Any:
         return value.json()
     if isinstance(value, (StepReport, PlanWarning)):
         return flat_json(value)
-    if isinstance(value, _Report):
+    if isinstance(value, ReportModel):
         return value.to_json_dict()
     return value
 
@@ -827,12 +826,12 @@ def _process_context(
         # option so without coming here).
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
         prepared = prepared_for_call(policy, None, None)
-        steps = prepared._fused if prepared is not None else None
-        if steps is not None and on_step_error in ("continue", "raise"):
+        fast = prepared.fast_path if prepared is not None else None
+        if fast is not None and on_step_error in ("continue", "raise"):
+            steps, trigger, watermark, _ = fast
             result = _kernel.fused_result(
                 ContextResult, _fused_records, plan, prepared, plan.fragments, steps,
-                prepared._trigger, prepared._watermark,  # type: ignore[union-attr]
-                Fragment, PROTECTED_KINDS)
+                trigger, watermark, Fragment, PROTECTED_KINDS)
             if result is not None:
                 return result  # type: ignore[no-any-return]
     return _step_by_step(plan, policy, handlers, counter, cancel, on_event, on_step_error,
@@ -875,12 +874,12 @@ else:
             return _process_context(plan, policy, *args, **options)
         # _process_context's one kernel pass, written out for the defaults.
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
-        # prepared_for_call's first case, written out (PreparedPolicy.current).
-        prepared = policy if (type(policy) is PreparedPolicy and (
-            policy.policy is policy._fixed or policy._items == _items(policy.policy))) else (
+        # prepared_for_call's first case, written out.
+        prepared = policy if type(policy) is PreparedPolicy and policy.current() else (
             prepared_for_call(policy, None, None))
-        steps = prepared._fused if prepared is not None else None
-        if steps is not None:
+        fast = prepared.fast_path if prepared is not None else None
+        if fast is not None:
+            steps, trigger, watermark, _ = fast
             # Validate, or a reduce of trims by chars, with no counter, listener, cancel or
             # custom implementation: one kernel call (_kernel.reduce_plan), whose records
             # become the plan and the report when they are read (_fused_records). The same
@@ -888,7 +887,7 @@ else:
             # kernel checks the steps' fragments itself (None: the full check says why).
             result = _kernel.fused_result(
                 ContextResult, _fused_records, plan, prepared, plan.fragments, steps,
-                prepared._trigger, prepared._watermark, Fragment, PROTECTED_KINDS)
+                trigger, watermark, Fragment, PROTECTED_KINDS)
             if result is not None:
                 return result
         return _step_by_step(plan, policy, None, None, None, None, "continue", None, prepared)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import inspect
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 
@@ -26,9 +26,26 @@ from .policy.models import TrimStep, ValidatePolicy
 from .policy.rules import FragmentRef, Reference, fragment_refs, reference_issues
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 
-__all__ = ["PreparedPolicy", "check_arguments", "prepare_policy", "prepared_for_call"]
+__all__ = [
+    "FastPath", "PreparedPolicy", "check_arguments", "is_async_callable", "prepare_policy",
+    "prepared_for_call",
+]
 
 TYPED = (ValidatePolicy, ReducePolicy, AuditPolicy)
+
+
+class FastPath(NamedTuple):
+    """How the kernel runs a prepared policy in one call (``_kernel.reduce_plan``,
+    ``reduce_transcript``, ``reduce_lines``, ``reduce_rows``): a validate, or a reduce whose
+    steps are all trims by chars, with no token counter."""
+
+    # (fragment id, grouping code, keep_groups, target_chars) of each trim; () for a validate
+    steps: tuple[tuple[str, int, int, int], ...]
+    trigger_chars: int  # -1: none
+    watermark_chars: int  # -1: none
+    # The policy names no fragment but the history, which a transcript split into system,
+    # history and question always may change: a transcript runs in one call.
+    history_only: bool
 
 
 class PreparedPolicy:
@@ -36,22 +53,21 @@ class PreparedPolicy:
     (and the async entry points) in place of the policy, without ``handlers`` or ``counter``.
 
     ``policy`` is the typed policy, ``handlers`` the registered handlers, ``counter`` the
-    :class:`TokenCounter` (or ``None``), ``mode`` the policy's mode.
+    :class:`TokenCounter` (or ``None``), ``mode`` the policy's mode, ``fast_path`` how the
+    kernel runs it in one call (a :class:`FastPath`), or ``None`` when it cannot.
     """
 
-    __slots__ = ("_async", "_fixed", "_fused", "_handler_names", "_items", "_refs",
-                 "_token_key", "_trigger", "_watermark", "counter", "handlers", "mode",
-                 "policy")
+    __slots__ = ("_async", "_fixed", "_handler_names", "_items", "_refs", "_token_key",
+                 "counter", "fast_path", "handlers", "mode", "policy")
     _async: bool
     _fixed: TypedPolicy | None
     _refs: tuple[Reference, ...]
-    _fused: tuple[tuple[str, int, int, int], ...] | None
     _handler_names: tuple[str, ...]
     _items: tuple[Any, ...]
     _token_key: str | None
-    _trigger: int
-    _watermark: int
     counter: TokenCounter | None
+    # How the kernel runs this policy in one call, when it can (see FastPath); None otherwise.
+    fast_path: FastPath | None
     handlers: dict[str, Callable[..., Any]]
     mode: str
     policy: TypedPolicy
@@ -60,8 +76,11 @@ class PreparedPolicy:
         raise TypeError("use prepare_policy(policy, handlers=..., counter=...)")
 
     @classmethod
-    def _of(cls, typed: TypedPolicy, handlers: dict[str, Callable[..., Any]],
-            counter: TokenCounter | None) -> PreparedPolicy:
+    def of_valid(cls, typed: TypedPolicy, handlers: dict[str, Callable[..., Any]],
+                 counter: TokenCounter | None) -> PreparedPolicy:
+        """A prepared policy of a typed policy, which is valid by construction; its handlers
+        and counter as given (``prepare_policy`` checks them against the policy: this does not,
+        for a caller that reports a missing handler per plan)."""
         self = object.__new__(cls)
         self.policy, self.handlers, self.counter, self.mode = typed, handlers, counter, typed.mode
         refs = references(typed)
@@ -70,13 +89,13 @@ class PreparedPolicy:
         self._token_key = uses_tokens(typed)
         # Handlers a sync call cannot run.
         self._async = any(
-            r.what == "handler" and _is_async_callable(handlers.get(r.name)) for r in refs
+            r.what == "handler" and is_async_callable(handlers.get(r.name)) for r in refs
         )
         self._items = _items(typed)
         # A validate policy holds no list that could change in place: while ``policy`` is
         # still it, this is current (``policy is _fixed``, one comparison per call).
         self._fixed = typed if type(typed) is ValidatePolicy else None
-        self._fused, self._trigger, self._watermark = _fused_spec(typed, counter)
+        self.fast_path = _fast_path(typed, counter, self._refs)
         return self
 
     def __repr__(self) -> str:
@@ -94,10 +113,19 @@ class PreparedPolicy:
             return False
         return not self._refs or not reference_issues(self._refs, plan_refs(plan, audit), None)
 
-    def current(self, typed: TypedPolicy) -> bool:
-        """``typed`` still holds what this was prepared from (its lists are the caller's, and
-        could have changed in place)."""
+    def current(self, typed: TypedPolicy | None = None) -> bool:
+        """``typed`` (by default this policy's own) still holds what this was prepared from (its
+        lists are the caller's, and could have changed in place)."""
+        if typed is None:
+            typed = self.policy
         return typed is self._fixed or _items(typed) == self._items
+
+    @property
+    def transcript_path(self) -> FastPath | None:
+        """:attr:`fast_path` when a transcript (system, history, question) runs in one kernel
+        call: the policy names no fragment but the history. ``None`` otherwise."""
+        fast = self.fast_path
+        return fast if fast is not None and fast.history_only else None
 
 
 def plan_refs(plan: ContextPlan, audit: bool) -> dict[str, FragmentRef]:
@@ -115,23 +143,24 @@ def tokens_without_counter(key: str) -> Issue:
                  "never guessed from characters", "tokens-without-counter")
 
 
-def _fused_spec(
-    typed: TypedPolicy, counter: TokenCounter | None
-) -> tuple[tuple[tuple[str, int, int, int], ...] | None, int, int]:
-    """The kernel's form of a policy it runs in one call (``_kernel.reduce_plan``): validate, or
-    a reduce whose steps are all trims, by chars, without a counter. ``None`` otherwise."""
+def _fast_path(typed: TypedPolicy, counter: TokenCounter | None,
+               refs: tuple[Reference, ...]) -> FastPath | None:
+    """How the kernel runs ``typed`` in one call: a validate, or a reduce whose steps are all
+    trims, by chars, without a counter. ``None`` otherwise."""
     if counter is not None:
-        return None, -1, -1
+        return None
+    history_only = all(ref.name == "history" for ref in refs)
     if type(typed) is ValidatePolicy:
-        return (), -1, -1
+        return FastPath((), -1, -1, history_only)
     if type(typed) is not ReducePolicy or typed.uses_tokens or not all(
         type(step) is TrimStep for step in typed.steps
     ):
-        return None, -1, -1
+        return None
     steps = tuple((step.fragment_id, GROUPING_CODES[step.grouping.kind], step.keep_groups,
                    step.target_chars) for step in typed.steps if isinstance(step, TrimStep))
     trigger, watermark = typed.trigger_chars, typed.watermark_chars
-    return steps, -1 if trigger is None else trigger, -1 if watermark is None else watermark
+    return FastPath(steps, -1 if trigger is None else trigger,
+                    -1 if watermark is None else watermark, history_only)
 
 
 def _items(typed: TypedPolicy) -> tuple[Any, ...]:
@@ -145,7 +174,8 @@ def _items(typed: TypedPolicy) -> tuple[Any, ...]:
     return ()
 
 
-def _is_async_callable(fn: Any) -> bool:
+def is_async_callable(fn: Any) -> bool:
+    """``fn`` is a coroutine function (or an object whose ``__call__`` is one)."""
     return fn is not None and (inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004
     ))
@@ -224,7 +254,7 @@ def prepare_policy(
     if issues:
         raise ContextPolicyError(dedupe(issues))
     assert typed is not None
-    return PreparedPolicy._of(typed, given, tc)
+    return PreparedPolicy.of_valid(typed, given, tc)
 
 
 # Policies prepared on first use: a document by its exact JSON bytes, a typed policy by identity
@@ -262,7 +292,7 @@ def _bare(policy: Any) -> PreparedPolicy | None:
     typed, issues = policy_issues(policy, None, None)
     if issues or typed is None:
         return None
-    prepared = PreparedPolicy._of(typed, {}, None)
+    prepared = PreparedPolicy.of_valid(typed, {}, None)
     _cache[key] = (policy if type(key) is not bytes else None, prepared)
     if len(_cache) > CACHE_SIZE:
         _cache.popitem(last=False)
@@ -294,4 +324,4 @@ def prepared_for_call(policy: Any, handlers: Any, counter: Any) -> PreparedPolic
         bare._token_key is not None and tc is None
     ):
         return None
-    return PreparedPolicy._of(bare.policy, given, tc)
+    return PreparedPolicy.of_valid(bare.policy, given, tc)

@@ -33,14 +33,16 @@ __all__ = [
 ]
 
 
-class _Report(BaseModel):
+class ReportModel(BaseModel):
+    """The base of the report models: camelCase JSON keys, no unknown fields."""
+
     model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="forbid")
 
     def to_json_dict(self) -> dict[str, Any]:
         return self.model_dump(mode="json", by_alias=True)
 
 
-class Usage(_Report):
+class Usage(ReportModel):
     """What a plan or an input carries: chars, tokens (``None`` without a counter), messages,
     fragments, and parts that carry no text (images, audio, files), which chars count as 0."""
 
@@ -51,7 +53,7 @@ class Usage(_Report):
     opaque_parts: int
 
 
-class Watermark(_Report):
+class Watermark(ReportModel):
     chars: int | None = None
     tokens: int | None = None
 
@@ -62,7 +64,7 @@ MissedReason = Literal[
 ]
 
 
-class CompressFigures(_Report):
+class CompressFigures(ReportModel):
     """What an applied compress step by a built-in handler (``contextpolicy.handlers``) did,
     measured by the core from the content the handler was given and the content it returned.
 
@@ -83,7 +85,7 @@ class CompressFigures(_Report):
     summary_chars: int | None = None
 
 
-class StepReport(_Report):
+class StepReport(ReportModel):
     """What one reduction step did. ``reason`` is a stable code:
 
     applied: ``trimmed``, ``keep-groups-floor`` (the floor kept the fragment above its target),
@@ -113,7 +115,7 @@ class StepReport(_Report):
     """For a compress step a built-in handler applied: what it did, measured."""
 
 
-class FragmentUsage(_Report):
+class FragmentUsage(ReportModel):
     id: str
     kind: str
     protected: bool
@@ -126,7 +128,7 @@ class FragmentUsage(_Report):
     changed: bool
 
 
-class PlanWarning(_Report):
+class PlanWarning(ReportModel):
     """A problem in the input that this library reports and never silently drops.
 
     ``orphan-tool-result``: a tool result no earlier call in its fragment made.
@@ -150,7 +152,7 @@ class PlanWarning(_Report):
 AuditChangeKind = Literal["modified", "removed", "added", "moved"]
 
 
-class AuditChange(_Report):
+class AuditChange(ReportModel):
     """One change of the App's, and whether the policy allows it.
 
     ``reason``: ``mutable`` (allowed), ``not-mutable``, ``protected``, ``kind-changed``.
@@ -168,14 +170,14 @@ class AuditChange(_Report):
     chars_after: int | None = None
 
 
-class AuditReport(_Report):
+class AuditReport(ReportModel):
     mutable_fragment_ids: list[str]
     changes: list[AuditChange]
     violations: int
     passed: bool
 
 
-class ContextReport(_Report):
+class ContextReport(ReportModel):
     """The report of one ``process_context`` run.
 
     ``missedReason`` says why a triggered reduce missed its target (``targetReached`` false);
@@ -287,7 +289,7 @@ class ContextResult:
         return f"ContextResult(plan={self.plan!r}, input={self.input!r}, report={self.report!r})"
 
 
-def _lazy(
+def lazy_result(
     cls: type[ContextResult], input: list[dict[str, Any]],
     make: Callable[..., tuple[list[Any], list[Any] | None, ReportData]], args: tuple[Any, ...],
 ) -> ContextResult:
@@ -299,7 +301,7 @@ def _lazy(
     return result
 
 
-def _given(*records: Any) -> Any:
+def given_records(*records: Any) -> Any:
     """The records themselves (for a run that has them at hand)."""
     return records
 
@@ -328,7 +330,7 @@ class Totals:
                              "opaque_parts": self.opaque_parts})
 
 
-def _aliases(cls: type[_Report]) -> list[tuple[str, str]]:
+def _aliases(cls: type[ReportModel]) -> list[tuple[str, str]]:
     return [(name, field.alias or name) for name, field in cls.model_fields.items()]
 
 

@@ -97,17 +97,16 @@ class Chunk:
         w_rows: list[Any] = []
         w_cols: list[Any] = [[], [], [], []]
         if measured is not None:
-            prepared = run.prepared
             assert run.steps is not None
             head, cut, tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
                 offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
                 measured.call_codes, measured.result_offsets, measured.result_codes,
                 measured.ncodes, run.steps,
-                prepared._trigger, prepared._watermark, slow.view(np.uint8),
+                run.trigger, run.watermark, slow.view(np.uint8),
             )
             fast = ~slow
             a, b = offs[:-1], offs[1:]
-            watermark = prepared._watermark
+            watermark = run.watermark
             kept = (b - a) - (cut - head)
             over = (after > watermark) if watermark >= 0 else None
             if not object_rows.size:

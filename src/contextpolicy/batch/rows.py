@@ -113,7 +113,7 @@ def object_row(run: TableRun, messages: Any, column: str, row: int) -> _ObjectRo
 def _fused_row(run: TableRun, messages: list[Any]) -> _ObjectRow:
     prepared = run.prepared
     assert run.fused is not None
-    raw = _kernel.reduce_transcript(messages, run.fused, prepared._trigger, prepared._watermark)
+    raw = _kernel.reduce_transcript(messages, run.fused, run.trigger, run.watermark)
     totals = raw[8]
     figures = (totals[0], totals[3], totals[1], totals[4], totals[7], raw[0],
                bool(totals[8]) if run.reduces else None, None, None,

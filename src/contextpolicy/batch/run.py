@@ -44,13 +44,14 @@ class TableRun:
         self.counted = prepared.counter is not None
         # One kernel call for all rows when the policy is one the kernel runs (validate, or
         # trims by chars) and it names no fragment but the history.
-        fused = prepared._fused
+        path = prepared.transcript_path if implementations is None else None
         self.steps: tuple[tuple[int, int, int], ...] | None = None
-        if fused is not None and implementations is None and all(
-            ref.name == "history" for ref in prepared._refs
-        ):
-            self.steps = tuple((g, k, t) for _fid, g, k, t in fused)
-        self.fused = fused if self.steps is not None else None
+        self.fused: tuple[tuple[str, int, int, int], ...] | None = None
+        self.trigger = self.watermark = -1
+        if path is not None:
+            self.fused = path.steps
+            self.steps = tuple((g, k, t) for _fid, g, k, t in path.steps)
+            self.trigger, self.watermark = path.trigger_chars, path.watermark_chars
 
 
 def warning_type() -> pa.DataType:

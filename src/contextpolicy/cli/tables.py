@@ -20,7 +20,7 @@ import orjson
 
 from ..jsonl.runner import Summary
 from .common import CliError
-from .main import _finish, _ReportFile
+from .summary import ReportFile, finish_run
 
 __all__ = ["ParquetFromLines", "is_parquet", "reduce_parquet"]
 
@@ -143,7 +143,7 @@ class TableSummary(Summary):
         return {**doc, "columnarRows": self.columnar_rows, "objectRows": self.object_rows}
 
 
-class _Report(_ReportFile):
+class _Report(ReportFile):
     """``--report``: the figures of every row, as JSON (``{"conversations": [...],
     "summary": {...}}``) or, for a ``.parquet`` name, as a Parquet table with a ``row``
     column."""
@@ -323,7 +323,7 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
         finally:
             rows.stop()
             _abandon(writer)
-        data = _finish(args, summary, bytes_in, started, out, report)
+        data = finish_run(args, summary, bytes_in, started, out, report)
     return data, input_path
 
 

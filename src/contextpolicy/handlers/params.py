@@ -138,11 +138,11 @@ PARAMS: dict[str, type[_Params]] = {
 
 def issues_of(exc: ValidationError, cls: type[BaseModel], data: Any, prefix: str) -> list[Issue]:
     """A pydantic error of a parameters model as issues with paths (``prefix.key``)."""
-    from ..policy.validation import _issue_from_pydantic
+    from ..policy.validation import issue_from_pydantic
 
     out = []
     for error in exc.errors():
-        issue = _issue_from_pydantic(error, cls, data)
+        issue = issue_from_pydantic(error, cls, data)
         path = f"{prefix}.{issue.path}" if prefix and issue.path else prefix or issue.path
         code = issue.code
         message = issue.message

@@ -86,7 +86,8 @@ class FusedReports:
             return None
         slot = {name: self.SENTINEL + i for i, name in enumerate(_kernel.ENTRY_SLOTS)}
         ids = ["system", "history", "question"]
-        nsteps = len(self.prepared._fused or ())
+        fast = self.prepared.fast_path
+        nsteps = len(fast.steps) if fast is not None else 0
         done = [tuple(slot[k] for k in ("status", "reason", "chars-before", "chars-after",
                                          "groups-before", "groups-after", "messages-removed"))
                 ] * nsteps

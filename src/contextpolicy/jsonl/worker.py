@@ -81,7 +81,7 @@ class LineWorker:
         # The policy and its handlers: a handler a step names that is missing here is an error
         # each line reports.
         self.handlers = dict(handlers or {})
-        self.prepared = PreparedPolicy._of(self.policy, self.handlers, None)
+        self.prepared = PreparedPolicy.of_valid(self.policy, self.handlers, None)
         self.policy_doc = policy
         self.with_reports = with_reports
         self._files: dict[str, int] = {}  # open input files, by path
@@ -93,9 +93,10 @@ class LineWorker:
         # A transcript in one kernel call (_kernel.reduce_transcript) when the policy is one the
         # kernel runs and names no fragment but the history, which may change and holds messages.
         prepared = self.prepared
-        self.fused = prepared._fused if all(
-            ref.name == "history" for ref in prepared._refs
-        ) else None
+        path = prepared.transcript_path
+        self.fused = path.steps if path is not None else None
+        self.trigger, self.watermark = (path.trigger_chars, path.watermark_chars) if (
+            path is not None) else (-1, -1)
         self.reduces = type(self.policy) is ReducePolicy
         self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
                                  for fid in ("system", "history", "question")}
@@ -179,7 +180,7 @@ class LineWorker:
         steps: tuple[tuple[str, int, int, int], ...],
     ) -> LineResult:
         prepared = self.prepared
-        raw = _kernel.reduce_transcript(messages, steps, prepared._trigger, prepared._watermark)
+        raw = _kernel.reduce_transcript(messages, steps, self.trigger, self.watermark)
         out = dict(doc)
         out["messages"] = raw[6]
         # A validate reaches no target (report.targetReached is null).
@@ -284,7 +285,7 @@ class LineWorker:
         path as one run (``runs``, without reports) or one result per line, the others through
         the object path."""
         results: list[LineResult] = []
-        steps, prepared = self.fused, self.prepared
+        steps = self.fused
         assert steps is not None
         per_line = not self.runs
         with_reports = self.with_reports
@@ -301,14 +302,14 @@ class LineWorker:
             raws: list[Any] | None
             if template is not None:
                 out, ends, figures, written, entry_ends, raws = _kernel.report_lines(
-                    data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
-                    prepared._watermark, template)
+                    data, starts[begin:end], stops[begin:end], steps, self.trigger,
+                    self.watermark, template)
                 entries, entry_at = bytes(written), [0, *entry_ends.tolist()]
                 del written
             else:
                 out, ends, figures, raws = _kernel.reduce_lines(
-                    data, starts[begin:end], stops[begin:end], steps, prepared._trigger,
-                    prepared._watermark, per_line or with_reports)
+                    data, starts[begin:end], stops[begin:end], steps, self.trigger,
+                    self.watermark, per_line or with_reports)
             handled = figures[:, 0].tolist()
             offsets = [0, *ends.tolist()]
             if not per_line and not with_reports and all(handled):

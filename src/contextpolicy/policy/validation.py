@@ -105,7 +105,7 @@ def _model_at(cls: type[BaseModel], loc: list[Any], data: Any) -> type[BaseModel
     return model
 
 
-def _issue_from_pydantic(error: Mapping[str, Any], cls: type[BaseModel], data: Any) -> Issue:
+def issue_from_pydantic(error: Mapping[str, Any], cls: type[BaseModel], data: Any) -> Issue:
     loc = list(error["loc"])
     # Drop the discriminator tag pydantic puts after a step index: steps[0].trim.keepGroups.
     loc = [
@@ -257,7 +257,7 @@ def policy_issues(
         model = cls.model_validate(dict(policy))
     except ValidationError as exc:
         issues += [
-            _issue_from_pydantic(e, cls, policy) for e in exc.errors() if e["type"] != RULE_ERROR
+            issue_from_pydantic(e, cls, policy) for e in exc.errors() if e["type"] != RULE_ERROR
         ]
     issues += _rule_issues(policy, mode)
     issues += reference_issues(references(policy), fragments, handlers)
