@@ -9,8 +9,9 @@
 #   4. in fresh virtual environments install (a) the repaired wheel, (b) the pure wheel and
 #      (c) the sdist with no compiler (CC=false CXX=false), and run the test suite of the sdist
 #      against each installed package, never against the source tree: (a) through the
-#      test-command of [tool.cibuildwheel], with the compiled kernel live; (b) and (c) on the
-#      pure-Python twin, and (c) must have said loudly that it fell back;
+#      test-command of [tool.cibuildwheel], with the compiled kernel live; (b) on the
+#      pure-Python twin; (c) must have said loudly that it fell back, and runs the suites of
+#      the kernel choice, the pipeline and the command line (the twin ran everything in (b));
 #   5. check that a build that requires the kernel (CIBUILDWHEEL=1, or
 #      CONTEXTPOLICY_REQUIRE_EXTENSIONS=1) fails when there is no compiler.
 # Usage: scripts/check-dist.sh [PYTHON]     (PYTHON defaults to python3)
@@ -221,7 +222,11 @@ venv nocompiler "$sdist" CC=false CXX=false
 grep -q "the compiled kernel could not be built" "$logs/nocompiler-install.log" \
   || fail "installing the sdist without a compiler did not say that it fell back"
 kernel nocompiler pure
-(cd "$work/test_cwd" && "$work/env-nocompiler/bin/python" -m pytest "$suite/tests" \
+# The same twin from the same sources ran the whole suite in (b): here, what proves the fallback
+# install works end to end (the kernel chosen, the pipeline, the command line, the examples).
+(cd "$work/test_cwd" && "$work/env-nocompiler/bin/python" -m pytest \
+  "$suite/tests/test_kernel_selection.py" "$suite/tests/test_reduce.py" \
+  "$suite/tests/test_cli.py" "$suite/tests/test_validate_mode.py" \
   -p no:cacheprovider -m "not packaging and not extras" --no-c-extensions -n 2 -q) \
   || fail "the suite failed against the sdist installed without a compiler"
 
