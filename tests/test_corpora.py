@@ -16,6 +16,8 @@ from contextpolicy.synthetic import (
     chat_corpus,
     corpus,
     long_transcript_corpus,
+    make_agent_trace,
+    make_chat,
 )
 
 
@@ -94,3 +96,12 @@ def test_split_fragments_equal_validated_ones():
             0 if messages[0]["role"] == "system" else 1)]
     result = process_context(plan, {"mode": "validate"})
     assert ContextPlan.model_validate(result.plan.model_dump()) == result.plan
+
+
+@pytest.mark.parametrize("seed", [0, 7])
+def test_one_conversation_is_the_first_of_its_corpus(seed):
+    assert make_chat(seed) == chat_corpus(1, seed)[0]
+    assert make_agent_trace(seed) == agent_trace_corpus(1, seed)[0]
+    assert make_chat(seed) != make_chat(seed + 1)
+    trace = make_agent_trace(seed)
+    assert trace[0]["role"] == "system" and trace[-1]["role"] == "user" and len(trace) >= 20

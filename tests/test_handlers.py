@@ -1239,7 +1239,7 @@ def test_no_handler_ever_returns_more_than_it_was_given(drawn, k, keep, min_char
 @given(strategies.text.filter(bool) | st.text(min_size=1, max_size=200),
        st.integers(0, 60), st.integers(0, 60))
 def test_cut_text_is_a_head_and_a_tail_of_whole_characters(text, head, tail):
-    from contextpolicy.handlers.truncate import _continues
+    from contextpolicy.handlers.truncate import joins_previous
 
     out = cut_text(text * 5, head, tail)
     text = text * 5
@@ -1252,6 +1252,6 @@ def test_cut_text_is_a_head_and_a_tail_of_whole_characters(text, head, tail):
     assert text.startswith(h) and text.endswith(t)
     assert len(h) <= head and len(t) <= tail
     if h:
-        assert not _continues(text, len(h))
+        assert not joins_previous(text, len(h))
     if t and len(t) < len(text):
-        assert not _continues(text, len(text) - len(t))
+        assert not joins_previous(text, len(text) - len(t))

@@ -1,5 +1,5 @@
 """The layout keeps its promises: every table once and both kernels built from it, the public
-names where DESIGN.md puts them, a cheap start for the command line, one rule for "this fragment
+names where the contract puts them, a cheap start for the command line, one rule for "this fragment
 changed" in the contract and the audit."""
 
 from __future__ import annotations

@@ -34,7 +34,7 @@ _MARKS = frozenset({"Mn", "Mc", "Me"})
 _REGIONAL, _REGIONAL_END = 0x1F1E6, 0x1F1FF
 
 
-def _continues(text: str, i: int) -> bool:
+def joins_previous(text: str, i: int) -> bool:
     """``text[i]`` belongs to the character before it: the low half of a surrogate pair, a
     combining mark, a zero-width joiner or the character one joins, an emoji modifier or tag,
     the second regional indicator of a flag, the line feed of a CRLF."""
@@ -63,10 +63,10 @@ def cut_text(text: str, head: int, tail: int, marker: str = DEFAULT_MARKER) -> s
     when that would not be shorter."""
     n = len(text)
     h = min(head, n)
-    while 0 < h < n and _continues(text, h):
+    while 0 < h < n and joins_previous(text, h):
         h -= 1
     t = max(n - tail, h)
-    while t < n and _continues(text, t):
+    while t < n and joins_previous(text, t):
         t += 1
     if t <= h:
         return None
