@@ -12,8 +12,9 @@ from .. import _kernel
 from .._tables import (
     MAX_JSON_DEPTH,
 )
-from ..core import fused_missed_reason, process_context
+from ..core import process_context
 from ..errors import ContextPlanError, Issue
+from ..fused import fused_missed_reason
 from ..plan import ContextPlan
 from .arrow import require_pyarrow
 from .run import TableRun

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from .._tables import MISSED_REASONS
-from ..core import fused_missed_reason
+from ..fused import fused_missed_reason
 from ..prepared import PreparedPolicy
 from ..report import ContextReport
 

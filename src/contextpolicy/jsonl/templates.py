@@ -8,7 +8,7 @@ import re
 from typing import Any
 
 from .. import _kernel
-from ..core import fused_missed_reason, fused_report_json
+from ..fused import fused_missed_reason, fused_report_json
 from ..prepared import PreparedPolicy
 from .files import (
     dumps,

@@ -13,8 +13,9 @@ import orjson
 
 from .. import _kernel
 from .._tables import MISSED_REASONS
-from ..core import fused_report_json, process_context
+from ..core import process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
+from ..fused import fused_report_json
 from ..plan import PROTECTED_KINDS, ContextPlan, as_plan
 from ..policy import ReducePolicy, validate_context_policy
 from ..prepared import PreparedPolicy
