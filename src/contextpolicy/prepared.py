@@ -18,7 +18,7 @@ import orjson
 
 from ._tables import GROUPING_CODES
 from .accounting import TokenCounter, as_counter
-from .errors import ContextPolicyError, Issue
+from .errors import ContextPlanError, ContextPolicyError, Issue
 from .implementations import DEFAULT_IMPLEMENTATIONS
 from .plan import ContextPlan
 from .policy import AuditPolicy, ReducePolicy, TypedPolicy
@@ -27,8 +27,8 @@ from .policy.rules import FragmentRef, Reference, fragment_refs, reference_issue
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 
 __all__ = [
-    "FastPath", "PreparedPolicy", "check_arguments", "is_async_callable", "prepare_policy",
-    "prepared_for_call",
+    "FastPath", "PreparedPolicy", "check_arguments", "checked_policy", "is_async_callable",
+    "prepare_policy", "prepared_for_call",
 ]
 
 TYPED = (ValidatePolicy, ReducePolicy, AuditPolicy)
@@ -234,26 +234,57 @@ def prepare_policy(
     """
     if isinstance(policy, PreparedPolicy):
         policy = policy.policy
+    return checked_policy(policy, handlers, counter)
+
+
+def checked_policy(
+    policy: Any, handlers: Any, counter: Any, plan: ContextPlan | None = None,
+    is_async: bool = True,
+) -> PreparedPolicy:
+    """The one full check of a policy, its handlers and its counter, and with a ``plan`` its
+    references to the plan's fragments (an audit's to its original too) and, for a sync call
+    (``is_async`` false), handlers it cannot run: every problem at once in one
+    :class:`ContextPolicyError`, or the prepared policy. Without a plan, the arguments are
+    checked too (a ``process_context`` call checks them itself, before)."""
     issues: list[Issue] = []
-    try:
-        check_arguments(handlers, None, "continue", None)
-    except ContextPolicyError as exc:
-        issues += exc.issues
-    tc = None
-    try:
+    if plan is None:
+        try:
+            check_arguments(handlers, None, "continue", None)
+        except ContextPolicyError as exc:
+            issues += exc.issues
+        try:
+            tc = as_counter(counter)
+        except ContextPolicyError as exc:
+            issues += exc.issues
+            tc = None
+    else:
         tc = as_counter(counter)
-    except ContextPolicyError as exc:
-        issues += exc.issues
-        counter = None
     given = dict(handlers) if isinstance(handlers, Mapping) else {}
-    typed, more = policy_issues(policy, None, given)
+    audit = (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
+        policy, AuditPolicy
+    )
+    typed, more = policy_issues(policy, plan_refs(plan, audit) if plan is not None else None,
+                                given)
     issues += more
     token_key = uses_tokens(typed if typed is not None else policy)
-    if token_key is not None and counter is None:
+    if token_key is not None and tc is None:
         issues.append(tokens_without_counter(token_key))
+    if not is_async:
+        for ref in references(typed if typed is not None else policy):
+            handler = given.get(ref.name) if ref.what == "handler" else None
+            if handler is not None and is_async_callable(handler):
+                issues.append(Issue(
+                    ref.path, f"handler {ref.name!r} is a coroutine function; use "
+                    "aprocess_context or astream_context", "async-handler",
+                ))
     if issues:
         raise ContextPolicyError(dedupe(issues))
     assert typed is not None
+    if plan is not None and isinstance(typed, AuditPolicy) and plan.original is None:
+        raise ContextPlanError(
+            "an audit needs the plan's original fragments (ContextPlan(original=...))",
+            path="original", code="missing-original",
+        )
     return PreparedPolicy.of_valid(typed, given, tc)
 
 

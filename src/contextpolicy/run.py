@@ -12,7 +12,6 @@ from . import _kernel
 from .accounting import (
     FragmentMeasure,
     TokenCounter,
-    as_counter,
     assemble,
     input_tokens,
     measure_fragment,
@@ -23,9 +22,7 @@ from .errors import (
     ContextAuditError,
     ContextCancelledError,
     ContextContractError,
-    ContextPlanError,
     ContextPolicyError,
-    Issue,
 )
 from .fused import pairing_warning, unknown_role_warning, watermarks
 from .handlers._base import BuiltinHandler
@@ -39,17 +36,9 @@ from .implementations.base import (
     PolicyOutcome,
 )
 from .plan import PROTECTED_KINDS, ContextPlan, Fragment, as_plan
-from .policy import AuditPolicy, ReducePolicy, TypedPolicy
-from .policy.validation import dedupe, policy_issues, references, uses_tokens
+from .policy import ReducePolicy, TypedPolicy
 from .policy.watermark import missed_reason
-from .prepared import (
-    PreparedPolicy,
-    check_arguments,
-    is_async_callable,
-    plan_refs,
-    prepared_for_call,
-    tokens_without_counter,
-)
+from .prepared import PreparedPolicy, check_arguments, checked_policy, prepared_for_call
 from .report import (
     CompressFigures,
     ContextEvent,
@@ -136,32 +125,7 @@ class PolicyRun:
         once (raised), or the prepared policy."""
         if isinstance(policy, PreparedPolicy):
             policy, handlers, counter = policy.policy, policy.handlers, policy.counter
-        tc = as_counter(counter)
-        given = dict(handlers or {})
-        audit = (isinstance(policy, Mapping) and policy.get("mode") == "audit") or isinstance(
-            policy, AuditPolicy
-        )
-        typed, issues = policy_issues(policy, plan_refs(self.plan, audit), given)
-        token_key = uses_tokens(policy)
-        if token_key is not None and tc is None:
-            issues.append(tokens_without_counter(token_key))
-        if not is_async:
-            for ref in references(typed if typed is not None else policy):
-                handler = given.get(ref.name) if ref.what == "handler" else None
-                if handler is not None and is_async_callable(handler):
-                    issues.append(Issue(
-                        ref.path, f"handler {ref.name!r} is a coroutine function; use "
-                        "aprocess_context or astream_context", "async-handler",
-                    ))
-        if issues:
-            raise ContextPolicyError(dedupe(issues))
-        assert typed is not None
-        if isinstance(typed, AuditPolicy) and self.plan.original is None:
-            raise ContextPlanError(
-                "an audit needs the plan's original fragments (ContextPlan(original=...))",
-                path="original", code="missing-original",
-            )
-        return PreparedPolicy.of_valid(typed, given, tc)
+        return checked_policy(policy, handlers, counter, self.plan, is_async)
 
     def emit(self, event: str, data: dict[str, Any]) -> None:
         # Event payloads are JSON figures; they are only built when someone listens.
