@@ -55,7 +55,9 @@ def _unknown_roles(measured: Measured, fast: Any, offs: Any, head: Any, cut: Any
 
 
 class Chunk:
-    """One chunk of the column, reduced."""
+    """One chunk of the column, reduced: ``messages`` (the chunk's output column), and the
+    figures of its rows (``figs``, ``triggered``, ``missed``, ``reached``, ``tokens``,
+    ``warnings``, ``path``)."""
 
     def __init__(self, run: TableRun, arr: Any, column: str) -> None:
         pa = require_pyarrow()
@@ -65,105 +67,149 @@ class Chunk:
                 f"expected a list<struct<role, content, ...>> column, got {t}", path=column,
                 code="invalid-messages",
             )
-        n = len(arr)
-        json_fields = json_field_names(t.value_type)
+        self.run, self.arr, self.column, self.n = run, arr, column, len(arr)
+        self.json_fields = json_field_names(t.value_type)
+        measured = self._measured()
+        n = self.n
+        if measured is None:
+            self.slow = np.ones(n, dtype=bool)
+            self.offs, self.values = offsets_of(arr)
+        else:
+            self.slow = measured.slow
+            self.offs, self.values = measured.offsets, measured.values
+        self.figs = {name: np.zeros(n, dtype=np.int64) for name in (
+            "chars_before", "chars_after", "messages_before", "messages_after",
+            "groups_removed")}
+        self.triggered = np.zeros(n, dtype=bool)
+        self.missed = np.zeros(n, dtype=np.uint8)  # a missed reason's code (0: none)
+        self.reached_values: Any = np.zeros(n, dtype=bool)
+        self.reached_null = np.zeros(n, dtype=bool)
+        self.tokens = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)]
+        # Each row's kept messages as two ranges of the values (before and after a cut).
+        self.starts = np.empty(2 * n, dtype=np.int64)
+        self.lengths = np.zeros(2 * n, dtype=np.int64)
+        self.changed = False
+        self.w_rows: list[Any] = []
+        self.w_cols: list[Any] = [[], [], [], []]
+        object_rows = np.flatnonzero(self.slow)
+        if measured is not None:
+            self._columnar(measured, bool(object_rows.size))
+        new, pieces = self._object_path(object_rows)
+        self.path = np.where(self.slow, 1, 0).astype(np.int8)
+        reached, reached_null = self.reached_values, self.reached_null
+        if not reached_null.any():
+            self.reached = pa.array(reached, type=pa.bool_())
+        elif reached_null.all():
+            self.reached = pa.nulls(n, type=pa.bool_())
+        else:
+            self.reached = pa.array(reached, mask=reached_null, type=pa.bool_())
+        self.warnings = self._warnings(n, self.w_rows, self.w_cols)
+        self.messages = self._output(new, pieces) if self.changed else arr
+        # What the work held, let go: only the output and the figures stay until the table is
+        # put together.
+        del self.arr, self.values, self.offs, self.slow, self.starts, self.lengths
+        del self.reached_values, self.reached_null, self.w_rows, self.w_cols
+
+    def _measured(self) -> Measured | None:
+        """The chunk measured from its buffers (when the policy runs in the kernel), every
+        string of it checked to be UTF-8: what is not goes into no figure, no warning and no
+        output."""
+        arr, column = self.arr, self.column
         try:
-            measured = Measured(arr, column) if run.steps is not None else None
+            measured = Measured(arr, column) if self.run.steps is not None else None
         except _kernel.Utf8Error as exc:
             check_utf8(arr, column)  # names the first string that is not UTF-8
             raise ContextPlanError(f"holds bytes that are not UTF-8 ({exc})", path=column,
                                    code="invalid-utf8") from None
-        # Every string of the column, at any depth, is UTF-8 (those the counts read are known
-        # to be): what is not goes into no figure, no warning and no output.
+        # Those the counts read are known to be UTF-8.
         check_utf8(arr, column, measured.counted if measured is not None else None)
-        if measured is None:
-            slow = np.ones(n, dtype=bool)
-            offs, values = offsets_of(arr)
-        else:
-            slow = measured.slow
-            offs, values = measured.offsets, measured.values
-        figs = {name: np.zeros(n, dtype=np.int64) for name in (
-            "chars_before", "chars_after", "messages_before", "messages_after",
-            "groups_removed")}
-        triggered = np.zeros(n, dtype=bool)
-        missed = np.zeros(n, dtype=np.uint8)  # a missed reason's code (0: none)
-        reached: Any = np.zeros(n, dtype=bool)
-        reached_null = np.zeros(n, dtype=bool)
-        tokens = [np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)]
-        starts = np.empty(2 * n, dtype=np.int64)
-        lengths = np.zeros(2 * n, dtype=np.int64)
-        changed = False
-        object_rows = np.flatnonzero(slow)
-        w_rows: list[Any] = []
-        w_cols: list[Any] = [[], [], [], []]
-        if measured is not None:
-            assert run.steps is not None
-            head, cut, tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
-                offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
-                measured.call_codes, measured.result_offsets, measured.result_codes,
-                measured.ncodes, run.steps,
-                run.trigger, run.watermark, slow.view(np.uint8),
-            )
-            fast = ~slow
-            a, b = offs[:-1], offs[1:]
-            watermark = run.watermark
-            kept = (b - a) - (cut - head)
-            over = (after > watermark) if watermark >= 0 else None
-            if not object_rows.size:
-                # Every row measured here: the kernel's arrays are the figures.
-                starts[0::2], lengths[0::2] = a, head - a
-                starts[1::2], lengths[1::2] = cut, b - cut
-                figs.update(chars_before=before, chars_after=after, messages_before=b - a,
-                            messages_after=kept, groups_removed=groups)
-                triggered = fired != 0
-                missed = codes
-                if run.reduces:
-                    reached = ~over if over is not None else np.ones(n, dtype=bool)
-                else:
-                    reached_null[:] = True
-                changed = bool(np.any(cut != head))
+        return measured
+
+    def _columnar(self, measured: Measured, some_slow: bool) -> None:
+        """The rows measured here reduced in one kernel call: their ranges, figures and
+        warnings."""
+        run, n, offs = self.run, self.n, self.offs
+        starts, lengths, figs = self.starts, self.lengths, self.figs
+        assert run.steps is not None
+        head, cut, tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
+            offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
+            measured.call_codes, measured.result_offsets, measured.result_codes,
+            measured.ncodes, run.steps, run.trigger, run.watermark, self.slow.view(np.uint8),
+        )
+        fast = ~self.slow
+        a, b = offs[:-1], offs[1:]
+        watermark = run.watermark
+        kept = (b - a) - (cut - head)
+        over = (after > watermark) if watermark >= 0 else None
+        if not some_slow:
+            # Every row measured here: the kernel's arrays are the figures.
+            starts[0::2], lengths[0::2] = a, head - a
+            starts[1::2], lengths[1::2] = cut, b - cut
+            figs.update(chars_before=before, chars_after=after, messages_before=b - a,
+                        messages_after=kept, groups_removed=groups)
+            self.triggered = fired != 0
+            self.missed = codes
+            if run.reduces:
+                self.reached_values = ~over if over is not None else np.ones(n, dtype=bool)
             else:
-                starts[0::2], lengths[0::2] = a, np.where(fast, head - a, 0)
-                starts[1::2] = np.where(fast, cut, b)
-                lengths[1::2] = np.where(fast, b - cut, 0)
-                figs["chars_before"][fast] = before[fast]
-                figs["chars_after"][fast] = after[fast]
-                figs["messages_before"][fast] = (b - a)[fast]
-                figs["messages_after"][fast] = kept[fast]
-                figs["groups_removed"][fast] = groups[fast]
-                triggered[fast] = fired[fast].astype(bool)
-                missed[fast] = codes[fast]
-                if run.reduces:
-                    reached[fast] = True if over is None else ~over[fast]
-                else:
-                    reached_null[fast] = True
-                changed = bool(np.any(cut[fast] != head[fast]))
-            unknown = _unknown_roles(measured, fast, offs, head, cut, tail)
-            if unknown is not None:  # before the pairing warnings, as a report has them
-                u_row, u_frag, u_index = unknown
-                w_rows.append(u_row)
-                w_cols[0].append(pa.repeat(pa.scalar("unknown-role", type=pa.string()),
-                                           len(u_row)))
-                w_cols[1].append(pa.array(FRAGMENTS, type=pa.string()).take(pa.array(u_frag)))
-                w_cols[2].append(pa.array(u_index, type=pa.int64()))
-                w_cols[3].append(pa.nulls(len(u_row), type=pa.string()))
-            w_row, w_frag, w_index, w_code, w_id = warn
-            if len(w_row):
-                w_rows.append(w_row)
-                w_cols[0].append(pa.array(np.asarray(ROW_WARNING_CODES, dtype=object)[w_code],
-                                          type=pa.string()))
-                frag_names = pa.array(FRAGMENTS, type=pa.string())
-                w_cols[1].append(frag_names.take(pa.array(w_frag)))
-                w_cols[2].append(pa.array(w_index, type=pa.int64()))
-                w_cols[3].append(measured.id_strings(w_id).cast(pa.string()))
-        # The object path, row by row.
+                self.reached_null[:] = True
+            self.changed = bool(np.any(cut != head))
+        else:
+            starts[0::2], lengths[0::2] = a, np.where(fast, head - a, 0)
+            starts[1::2] = np.where(fast, cut, b)
+            lengths[1::2] = np.where(fast, b - cut, 0)
+            figs["chars_before"][fast] = before[fast]
+            figs["chars_after"][fast] = after[fast]
+            figs["messages_before"][fast] = (b - a)[fast]
+            figs["messages_after"][fast] = kept[fast]
+            figs["groups_removed"][fast] = groups[fast]
+            self.triggered[fast] = fired[fast].astype(bool)
+            self.missed[fast] = codes[fast]
+            if run.reduces:
+                self.reached_values[fast] = True if over is None else ~over[fast]
+            else:
+                self.reached_null[fast] = True
+            self.changed = bool(np.any(cut[fast] != head[fast]))
+        self._columnar_warnings(measured, fast, head, cut, tail, warn)
+
+    def _columnar_warnings(self, measured: Measured, fast: Any, head: Any, cut: Any,
+                           tail: Any, warn: Any) -> None:
+        pa = require_pyarrow()
+        w_rows, w_cols = self.w_rows, self.w_cols
+        unknown = _unknown_roles(measured, fast, self.offs, head, cut, tail)
+        if unknown is not None:  # before the pairing warnings, as a report has them
+            u_row, u_frag, u_index = unknown
+            w_rows.append(u_row)
+            w_cols[0].append(pa.repeat(pa.scalar("unknown-role", type=pa.string()),
+                                       len(u_row)))
+            w_cols[1].append(pa.array(FRAGMENTS, type=pa.string()).take(pa.array(u_frag)))
+            w_cols[2].append(pa.array(u_index, type=pa.int64()))
+            w_cols[3].append(pa.nulls(len(u_row), type=pa.string()))
+        w_row, w_frag, w_index, w_code, w_id = warn
+        if len(w_row):
+            w_rows.append(w_row)
+            w_cols[0].append(pa.array(np.asarray(ROW_WARNING_CODES, dtype=object)[w_code],
+                                      type=pa.string()))
+            frag_names = pa.array(FRAGMENTS, type=pa.string())
+            w_cols[1].append(frag_names.take(pa.array(w_frag)))
+            w_cols[2].append(pa.array(w_index, type=pa.int64()))
+            w_cols[3].append(measured.id_strings(w_id).cast(pa.string()))
+
+    def _object_path(self, object_rows: Any) -> tuple[list[dict[str, Any]], dict[int, list[int]]]:
+        """The rows that need objects, row by row through ``process_context``: their figures
+        and warnings, and where each kept message comes from (an index into the values, or one
+        of ``new``, the messages the object path made)."""
+        pa = require_pyarrow()
+        run, offs, values = self.run, self.offs, self.values
+        figs, triggered, missed, tokens = self.figs, self.triggered, self.missed, self.tokens
+        reached, reached_null = self.reached_values, self.reached_null
         new: list[dict[str, Any]] = []
         pieces: dict[int, list[int]] = {}
         ow_rows: list[int] = []
         ow: list[list[Any]] = [[], [], [], []]
-        rows_py = rows_messages(arr, object_rows, column, json_fields)
+        rows_py = rows_messages(self.arr, object_rows, self.column, self.json_fields)
         for row, messages in zip(object_rows.tolist(), rows_py, strict=True):
-            done = object_row(run, messages, column, row)
+            done = object_row(run, messages, self.column, row)
             f = done.figures
             for name, value in zip(figs, f[:5], strict=True):
                 figs[name][row] = value
@@ -186,33 +232,26 @@ class Chunk:
                     kept_at.append(len(values) + len(new))
                     new.append(item)
             if kept_at != list(range(a_row, int(offs[row + 1]))):
-                changed = True
+                self.changed = True
             pieces[row] = kept_at
             for w in done.warnings:
                 ow_rows.append(row)
                 for k in range(4):
                     ow[k].append(w[k])
-        self.path = np.where(slow, 1, 0).astype(np.int8)
-        self.figs, self.triggered, self.tokens = figs, triggered, tokens
-        self.missed = missed
-        if not reached_null.any():
-            self.reached = pa.array(reached, type=pa.bool_())
-        elif reached_null.all():
-            self.reached = pa.nulls(n, type=pa.bool_())
-        else:
-            self.reached = pa.array(reached, mask=reached_null, type=pa.bool_())
         if ow_rows:
-            w_rows.append(np.asarray(ow_rows, dtype=np.int64))
-            w_cols[0].append(pa.array(ow[0], type=pa.string()))
-            w_cols[1].append(pa.array(ow[1], type=pa.string()))
-            w_cols[2].append(pa.array(ow[2], type=pa.int64()))
-            w_cols[3].append(pa.array(ow[3], type=pa.string()))
-        self.warnings = self._warnings(n, w_rows, w_cols)
-        if not changed:
-            self.messages = arr
-            return
-        # Output: the kept messages of every row gathered by ranges from the column's values
-        # (and the new messages after them), rows delimited by offset arithmetic.
+            self.w_rows.append(np.asarray(ow_rows, dtype=np.int64))
+            self.w_cols[0].append(pa.array(ow[0], type=pa.string()))
+            self.w_cols[1].append(pa.array(ow[1], type=pa.string()))
+            self.w_cols[2].append(pa.array(ow[2], type=pa.int64()))
+            self.w_cols[3].append(pa.array(ow[3], type=pa.string()))
+        return new, pieces
+
+    def _output(self, new: list[dict[str, Any]], pieces: dict[int, list[int]]) -> Any:
+        """The kept messages of every row gathered by ranges from the column's values (and the
+        new messages after them), rows delimited by offset arithmetic."""
+        pa = require_pyarrow()
+        arr, values, t = self.arr, self.values, self.arr.type
+        starts, lengths = self.starts, self.lengths
         per_row = lengths[0::2] + lengths[1::2]
         if not pieces:
             taken = gather(values, *joined_runs(starts, lengths))
@@ -229,15 +268,14 @@ class Chunk:
             indices = np.concatenate(parts)
             source = values
             if new:
-                source = pa.concat_arrays([values, new_values(t.value_type, new, json_fields,
-                                                               column)])
+                source = pa.concat_arrays([values, new_values(t.value_type, new,
+                                                               self.json_fields, self.column)])
             taken = gather(source, *index_runs(indices))
         list_offsets = np.concatenate([[0], np.cumsum(per_row)])
         cls = pa.LargeListArray if pa.types.is_large_list(t) else pa.ListArray
         odtype = np.int64 if pa.types.is_large_list(t) else np.int32
         mask = arr.is_null() if arr.null_count else None
-        self.messages = cls.from_arrays(pa.array(list_offsets.astype(odtype)), taken,
-                                        type=t, mask=mask)
+        return cls.from_arrays(pa.array(list_offsets.astype(odtype)), taken, type=t, mask=mask)
 
     @staticmethod
     def _warnings(n: int, rows: list[Any], cols: list[list[Any]]) -> Any:
