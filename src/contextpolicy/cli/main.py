@@ -17,7 +17,7 @@ import contextlib
 import os
 import signal
 import sys
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from .. import __version__
 from .audit import cmd_audit
@@ -35,21 +35,29 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+FORMAT = argparse.RawDescriptionHelpFormatter
+
+
 def _parser() -> argparse.ArgumentParser:
-    fmt = argparse.RawDescriptionHelpFormatter
     parser = _Parser(
         prog="contextpolicy",
         description="Validate, reduce and audit what an LLM agent sends to its model.",
         epilog="Run `contextpolicy reduce` with no arguments to try it on the example corpus.",
-        formatter_class=fmt,
+        formatter_class=FORMAT,
     )
     parser.add_argument("--version", action="version", version=f"contextpolicy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
+    for add in (_validate_args, _reduce_args, _audit_args, _schema_args, _examples_args,
+                _bench_args):
+        add(sub)
+    return parser
 
+
+def _validate_args(sub: Any) -> None:
     p = sub.add_parser(
         "validate", help="check a policy (and its references to a plan and handlers)",
-        formatter_class=fmt, description="Check a policy file: every problem at once, each "
+        formatter_class=FORMAT, description="Check a policy file: every problem at once, each "
         "with its JSON path. Exit 0 when valid, 1 when not, 2 when a file cannot be read. "
         "A policy, plan or handlers file may be JSON, YAML (.yaml/.yml, with PyYAML), - for "
         "standard input, or inline JSON.",
@@ -68,9 +76,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="check this handlers file; its ids count as registered")
     p.set_defaults(func=cmd_validate)
 
+
+def _reduce_args(sub: Any) -> None:
     p = sub.add_parser(
         "reduce", help="apply a policy to every conversation of a JSONL file",
-        formatter_class=fmt,
+        formatter_class=FORMAT,
         description="Apply a policy to every line of a JSONL file: a transcript "
         '{"id", "messages"} or a plan {"fragments"}. Output lines keep the input\'s shape and '
         "order; a summary table goes to stderr. Output files are written to a temporary file "
@@ -109,9 +119,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
     p.set_defaults(func=cmd_reduce)
 
+
+def _audit_args(sub: Any) -> None:
     p = sub.add_parser(
         "audit", help="check an App's edits of a plan against an audit policy",
-        formatter_class=fmt,
+        formatter_class=FORMAT,
         description="Compare a plan's fragments with its original fragments. Exit 1 when a "
         "change falls outside the mutable range.",
         epilog="example:\n  contextpolicy audit plan.json --policy audit-policy.json",
@@ -121,16 +133,21 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_audit)
 
+
+def _schema_args(sub: Any) -> None:
     p = sub.add_parser(
         "schema", help="print the JSON Schema of a policy, a plan or a report",
-        formatter_class=fmt, epilog="example:\n  contextpolicy schema policy > policy.schema.json",
+        formatter_class=FORMAT,
+        epilog="example:\n  contextpolicy schema policy > policy.schema.json",
     )
     p.add_argument("what", choices=("policy", "plan", "report"))
     p.set_defaults(func=cmd_schema)
 
+
+def _examples_args(sub: Any) -> None:
     p = sub.add_parser(
         "examples", help="copy the example policies, plans and corpus into a folder",
-        formatter_class=fmt,
+        formatter_class=FORMAT,
         description="Copy the example files shipped in the package (a corpus of transcripts, "
         "policies, plans and a handlers file) into FOLDER, created if needed, to try every "
         "command of the documentation on them.",
@@ -141,9 +158,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true", help="write over files already there")
     p.set_defaults(func=_cmd_examples)
 
+
+def _bench_args(sub: Any) -> None:
     p = sub.add_parser(
         "bench", help="benchmark the reduction: compiled kernel vs pure twin (vs LangChain)",
-        formatter_class=fmt,
+        formatter_class=FORMAT,
         description="Time measure + group + cut and the whole process_context pipeline on "
         "seeded histories of each size and on seeded corpora shaped like real ones (many short "
         "chats, tool-heavy agent traces, long transcripts), or on --input, for the compiled "
@@ -168,7 +187,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw time per message against history size (needs matplotlib)")
     p.set_defaults(func=_cmd_bench)
-    return parser
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
