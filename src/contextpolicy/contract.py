@@ -5,7 +5,7 @@ checked against what the core measured (``checked_claims``)."""
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from typing import Any
 
 from .accounting import (
@@ -175,40 +175,7 @@ def checked_claims(
                 f"step {step.id!r} names fragment {step.fragment_id!r}, which is not in the "
                 "plan"
             )
-        fix: dict[str, Any] = {}
-        if step.status == "skipped":
-            fix = {k: None for k in ("chars_before", "chars_after", "tokens_before",
-                                     "tokens_after", "groups_before", "groups_after")}
-            fix["messages_removed"] = 0
-        else:
-            old, m_old = was[step.fragment_id]
-            new, m_new = now.get(step.fragment_id, (None, None))
-            later = [s for s in steps[i + 1:] if s.fragment_id == step.fragment_id
-                     and s.status != "skipped"]
-            first = step.fragment_id not in last_after
-            b_chars, b_tokens = (m_old.chars, m_old.tokens) if first else (
-                last_after[step.fragment_id]
-            )
-            fix["chars_before"], fix["tokens_before"] = b_chars, b_tokens
-            if not later:
-                fix["chars_after"] = m_new.chars if m_new is not None else None
-                fix["tokens_after"] = m_new.tokens if m_new is not None else None
-            elif step.status != "applied":
-                fix["chars_after"], fix["tokens_after"] = b_chars, b_tokens
-            else:  # between two steps on one fragment: nothing measured it
-                fix["chars_after"] = fix["tokens_after"] = None
-                fix["groups_before"] = fix["groups_after"] = None
-            last_after[step.fragment_id] = (fix["chars_after"], fix["tokens_after"])
-            changed = new is None or (new is not old and bool(changed_fields(old, new)))
-            if step.status == "applied" and not later and not changed:
-                fix["status"], fix["reason"] = "unchanged", "no-change-measured"
-            if not later and m_new is not None and fix.get("status", step.status) == "applied":
-                removed = max(0, m_old.messages - m_new.messages)
-                earlier = sum(s.messages_removed for s in checked
-                              if s.fragment_id == step.fragment_id)
-                fix["messages_removed"] = max(0, removed - earlier)
-            elif fix.get("status", step.status) != "applied":
-                fix["messages_removed"] = 0
+        fix = _measured_step(step, steps[i + 1:], was, now, last_after, checked)
         diffs = {k: v for k, v in fix.items() if getattr(step, k) != v}
         if diffs:
             for key, value in diffs.items():
@@ -218,18 +185,7 @@ def checked_claims(
         checked.append(step)
     audit = outcome.audit
     if isinstance(policy, AuditPolicy):
-        assert plan.original is not None
-        measured = audit_report(
-            policy, plan.original, plan.fragments,
-            chars_of=lambda f: measure_fragment(f, counter).chars,
-        )
-        claimed = audit.violations if isinstance(audit, AuditReport) else None
-        if claimed != measured.violations or (
-            isinstance(audit, AuditReport) and audit.passed != measured.passed
-        ):
-            replaced("", f"audit: {claimed!r} violations claimed, {measured.violations} "
-                     "measured")
-        audit = measured
+        audit = _measured_audit(policy, counter, plan, audit, replaced)
     return PolicyOutcome(fragments=outcome.fragments, steps=checked, triggered=triggered,
                          audit=audit), warnings
 
@@ -249,3 +205,65 @@ def checked_calls(gen: Generator[Any, Any, Any], mode: str) -> Generator[Any, An
                 f"the {mode} implementation yielded {type(item).__name__}, not a HandlerCall"
             )
         reply = yield item
+
+
+def _measured_step(
+    step: StepReport, rest: list[StepReport],
+    was: dict[str, tuple[Fragment, FragmentMeasure]],
+    now: dict[str, tuple[Fragment, FragmentMeasure]],
+    last_after: dict[str, tuple[int | None, int | None]], checked: list[StepReport],
+) -> dict[str, Any]:
+    """What the core measured of one step's figures (``rest``: the steps after it;
+    ``last_after``: each fragment's figures after the steps before, updated here)."""
+    fix: dict[str, Any] = {}
+    if step.status == "skipped":
+        fix = {k: None for k in ("chars_before", "chars_after", "tokens_before",
+                                 "tokens_after", "groups_before", "groups_after")}
+        fix["messages_removed"] = 0
+    else:
+        old, m_old = was[step.fragment_id]
+        new, m_new = now.get(step.fragment_id, (None, None))
+        later = [s for s in rest if s.fragment_id == step.fragment_id
+                 and s.status != "skipped"]
+        first = step.fragment_id not in last_after
+        b_chars, b_tokens = (m_old.chars, m_old.tokens) if first else (
+            last_after[step.fragment_id]
+        )
+        fix["chars_before"], fix["tokens_before"] = b_chars, b_tokens
+        if not later:
+            fix["chars_after"] = m_new.chars if m_new is not None else None
+            fix["tokens_after"] = m_new.tokens if m_new is not None else None
+        elif step.status != "applied":
+            fix["chars_after"], fix["tokens_after"] = b_chars, b_tokens
+        else:  # between two steps on one fragment: nothing measured it
+            fix["chars_after"] = fix["tokens_after"] = None
+            fix["groups_before"] = fix["groups_after"] = None
+        last_after[step.fragment_id] = (fix["chars_after"], fix["tokens_after"])
+        changed = new is None or (new is not old and bool(changed_fields(old, new)))
+        if step.status == "applied" and not later and not changed:
+            fix["status"], fix["reason"] = "unchanged", "no-change-measured"
+        if not later and m_new is not None and fix.get("status", step.status) == "applied":
+            removed = max(0, m_old.messages - m_new.messages)
+            earlier = sum(s.messages_removed for s in checked
+                          if s.fragment_id == step.fragment_id)
+            fix["messages_removed"] = max(0, removed - earlier)
+        elif fix.get("status", step.status) != "applied":
+            fix["messages_removed"] = 0
+    return fix
+
+
+def _measured_audit(policy: AuditPolicy, counter: TokenCounter | None, plan: ContextPlan,
+                    audit: Any, replaced: Callable[[str, str], None]) -> AuditReport:
+    """The audit measured by the core; a claim it contradicts is said to be replaced."""
+    assert plan.original is not None
+    measured = audit_report(
+        policy, plan.original, plan.fragments,
+        chars_of=lambda f: measure_fragment(f, counter).chars,
+    )
+    claimed = audit.violations if isinstance(audit, AuditReport) else None
+    if claimed != measured.violations or (
+        isinstance(audit, AuditReport) and audit.passed != measured.passed
+    ):
+        replaced("", f"audit: {claimed!r} violations claimed, {measured.violations} "
+                 "measured")
+    return measured
