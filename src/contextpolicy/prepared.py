@@ -27,8 +27,8 @@ from .policy.rules import FragmentRef, Reference, fragment_refs, reference_issue
 from .policy.validation import dedupe, policy_issues, references, uses_tokens
 
 __all__ = [
-    "FastPath", "PreparedPolicy", "check_arguments", "checked_policy", "is_async_callable",
-    "prepare_policy", "prepared_for_call",
+    "FastPath", "PreparedPolicy", "carried_options", "check_arguments", "checked_policy",
+    "is_async_callable", "prepare_policy", "prepared_for_call",
 ]
 
 TYPED = (ValidatePolicy, ReducePolicy, AuditPolicy)
@@ -135,6 +135,16 @@ def plan_refs(plan: ContextPlan, audit: bool) -> dict[str, FragmentRef]:
     if audit:
         refs.update(fragment_refs(plan.original or ()))
     return refs
+
+
+def carried_options(handlers: Any, counter: Any) -> Issue | None:
+    """The issue of handlers or a counter given beside a prepared policy, which carries its
+    own (``None`` when neither is given)."""
+    if handlers is None and counter is None:
+        return None
+    return Issue("handlers" if handlers is not None else "counter",
+                 "a prepared policy carries its handlers and counter; pass them to "
+                 "prepare_policy(...)", "invalid-option")
 
 
 def tokens_without_counter(key: str) -> Issue:
@@ -335,12 +345,9 @@ def prepared_for_call(policy: Any, handlers: Any, counter: Any) -> PreparedPolic
     the plan; ``None`` when they do not, and the full check is to say what is wrong (every
     issue at once)."""
     if type(policy) is PreparedPolicy:
-        if handlers is not None or counter is not None:
-            raise ContextPolicyError(
-                "a prepared policy carries its handlers and counter; pass them to "
-                "prepare_policy(...)", path="handlers" if handlers is not None else "counter",
-                code="invalid-option",
-            )
+        carried = carried_options(handlers, counter)
+        if carried is not None:
+            raise ContextPolicyError(carried)
         return policy if policy.current(policy.policy) else None
     bare = _bare(policy)
     if bare is None:

@@ -35,7 +35,7 @@ from ..errors import ContextPlanError, ContextPolicyError, Issue
 from ..plan import ContextPlan, Fragment
 from ..policy import AuditPolicy, validate_context_policy
 from ..policy.validation import dedupe
-from ..prepared import PreparedPolicy, prepare_policy
+from ..prepared import PreparedPolicy, carried_options, prepare_policy
 
 __all__ = ["FRAGMENT_IDS", "REDUCIBLE_IDS", "agent_plan", "prepare_agent_policy"]
 
@@ -120,12 +120,9 @@ def prepare_agent_policy(
     issues: list[Issue] = []
     prepared: PreparedPolicy | None = None
     if isinstance(policy, PreparedPolicy):
-        if handlers is not None or counter is not None:
-            issues.append(Issue(
-                "handlers" if handlers is not None else "counter",
-                "a prepared policy carries its handlers and counter; pass them to "
-                "prepare_policy(...)", "invalid-option",
-            ))
+        carried = carried_options(handlers, counter)
+        if carried is not None:
+            issues.append(carried)
         prepared = policy
     else:
         try:

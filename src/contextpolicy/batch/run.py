@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import ContextPolicyError
 from ..policy import ReducePolicy
-from ..prepared import PreparedPolicy, prepare_policy
+from ..prepared import PreparedPolicy, carried_options, prepare_policy
 from .arrow import require_pyarrow
 
 if TYPE_CHECKING:
@@ -24,12 +24,9 @@ class TableRun:
 
     def __init__(self, policy: Any, counter: Any, handlers: Mapping[str, Callable[..., Any]] | None,
                  implementations: Mapping[str, Any] | None) -> None:
-        if isinstance(policy, PreparedPolicy) and (counter is not None or handlers is not None):
-            raise ContextPolicyError(
-                "a prepared policy carries its handlers and counter; pass them to "
-                "prepare_policy(...)", path="handlers" if handlers is not None else "counter",
-                code="invalid-option",
-            )
+        carried = carried_options(handlers, counter)
+        if isinstance(policy, PreparedPolicy) and carried is not None:
+            raise ContextPolicyError(carried)
         prepared = policy if isinstance(policy, PreparedPolicy) else prepare_policy(
             policy, handlers=handlers, counter=counter)
         if prepared.mode == "audit":

@@ -90,26 +90,10 @@ def cmd_reduce(args: argparse.Namespace) -> int:
 
 
 def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
-    from ..jsonl.files import AtomicOutput, InputFile, batched_lines
-    from ..jsonl.runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines, start_method
+    from ..jsonl.runner import start_method
 
     console = stderr()
-    example = args.input is None and args.policy is None
-    if example:
-        input_path = str(example_path(EXAMPLE_CORPUS))
-        policy_path = str(example_path(EXAMPLE_POLICY))
-        console.print(
-            "contextpolicy: no input and no policy given: running the example corpus shipped "
-            f"in the package ({EXAMPLE_CORPUS}) with the seed's reduce policy ({EXAMPLE_POLICY})."
-            + ("" if args.output else " Add -o OUT.jsonl to keep the reduced conversations.")
-        )
-    else:
-        if args.policy is None:
-            raise CliError(
-                "--policy POLICY.json is required (give neither INPUT nor --policy to run the "
-                "example corpus shipped in the package)"
-            )
-        input_path, policy_path = args.input or "-", args.policy
+    example, input_path, policy_path = _paths(args, console)
     jobs = _jobs(args, console)
     try:
         start_method()  # CONTEXTPOLICY_START_METHOD, checked before any file is opened
@@ -117,11 +101,49 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         raise CliError(str(exc)) from None
     policy = load_policy(policy_path)
     handlers = command_handlers(args, policy)
-    from .tables import ParquetFromLines, is_parquet, reduce_parquet
+    from .tables import is_parquet, reduce_parquet
 
     table_input = is_parquet(input_path, reading=True)
-    # Every output checked before anything is opened or any work done: a missing folder, a
-    # folder where a file should be, one file named twice, a file the run reads.
+    out, report_out = _outputs(args, example, table_input, input_path, policy_path, outputs)
+    if table_input:
+        if args.jobs > 1 and not args.quiet:
+            console.print("contextpolicy: Parquet is reduced in one process, a record batch at "
+                          "a time (--jobs applies to JSONL input)")
+        data, name = reduce_parquet(args, console, policy, input_path, out, report_out,
+                                    handlers)
+        print_summary(args, console, data, name)
+        return 0
+    return _reduce_lines(args, console, policy, handlers, jobs, input_path, example, out,
+                         report_out)
+
+
+def _paths(args: argparse.Namespace, console: Any) -> tuple[bool, str, str]:
+    """Whether this is the example run (neither input nor policy given), the input and the
+    policy."""
+    example = args.input is None and args.policy is None
+    if example:
+        console.print(
+            "contextpolicy: no input and no policy given: running the example corpus shipped "
+            f"in the package ({EXAMPLE_CORPUS}) with the seed's reduce policy ({EXAMPLE_POLICY})."
+            + ("" if args.output else " Add -o OUT.jsonl to keep the reduced conversations.")
+        )
+        return True, str(example_path(EXAMPLE_CORPUS)), str(example_path(EXAMPLE_POLICY))
+    if args.policy is None:
+        raise CliError(
+            "--policy POLICY.json is required (give neither INPUT nor --policy to run the "
+            "example corpus shipped in the package)"
+        )
+    return False, args.input or "-", args.policy
+
+
+def _outputs(args: argparse.Namespace, example: bool, table_input: bool, input_path: str,
+             policy_path: str, outputs: list[Any]) -> tuple[Any, Any]:
+    """The output and the report, every one checked before anything is opened or any work
+    done: a missing folder, a folder where a file should be, one file named twice, a file the
+    run reads. ``outputs`` gets them (for the last message of an interrupted run)."""
+    from ..jsonl.files import AtomicOutput
+    from .tables import ParquetFromLines, is_parquet
+
     out: Any = AtomicOutput(args.output, discard=example and not args.output)
     if is_parquet(args.output) and not table_input:
         out = ParquetFromLines(out)  # the line runner's output, converted at the end
@@ -135,14 +157,16 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     _refuse_overlaps(named, [(f"the input {input_path}", input_path)] + (
         [] if is_inline(policy_path) else [(f"the policy {policy_path}", policy_path)]))
     outputs += [o for _, o in named]
-    if table_input:
-        if args.jobs > 1 and not args.quiet:
-            console.print("contextpolicy: Parquet is reduced in one process, a record batch at "
-                          "a time (--jobs applies to JSONL input)")
-        data, name = reduce_parquet(args, console, policy, input_path, out, report_out,
-                                    handlers)
-        print_summary(args, console, data, name)
-        return 0
+    return out, report_out
+
+
+def _reduce_lines(args: argparse.Namespace, console: Any, policy: Any, handlers: Any, jobs: int,
+                  input_path: str, example: bool, out: Any, report_out: Any) -> int:
+    """JSONL in: the lines reduced by the line runner, written in input order."""
+    from ..jsonl.files import InputFile, batched_lines
+    from ..jsonl.runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines
+    from .tables import ParquetFromLines
+
     summary = Summary()
     started = time.perf_counter()
     source = InputFile(input_path)
@@ -163,7 +187,6 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
             batches = batched_lines(source.lines(), 1, BATCH_BYTES)  # a pipe streams through
         else:
             batches = batched_lines(source.lines(), BATCH_LINES, BATCH_BYTES)
-        live = not source.seekable and out.streaming  # a stream to a stream: every line flushed
         # Closed on the way out: the workers are stopped before an error is reported.
         results = process_lines(
             batches, policy, jobs=jobs, with_reports=report.enabled,
@@ -171,24 +194,7 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
             runs=not numbered or source.seekable,
         )
         try:
-            for result in results:
-                if result.error is not None:
-                    where = f"{source.name}:{result.line}" + (
-                        f":{result.column}" if result.column else "")
-                    if args.on_error == "fail":
-                        raise CliError(f"{where}: {result.error}")
-                    console.print(f"contextpolicy: skipped {where}: {result.error}",
-                                  markup=False)
-                summary.add(result)
-                if result.output is not None:
-                    if numbered:
-                        out.write_result(result.line, result.lines, result.output)
-                    else:
-                        out.write(result.output)
-                    if live:
-                        out.flush()
-                if result.report is not None:
-                    report.add(result.report)
+            _write(args, console, results, source, summary, out, report, numbered)
         finally:
             results.close()
             if progress:
@@ -196,3 +202,27 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         data = finish_run(args, summary, source.position, started, out, report)
     print_summary(args, console, data, source.name)
     return 1 if summary.audit_violations else 0
+
+
+def _write(args: argparse.Namespace, console: Any, results: Any, source: Any, summary: Any,
+           out: Any, report: Any, numbered: bool) -> None:
+    """Every result added up, its output and report entry written; a bad line stops the run
+    (``--on-error fail``) or is said and skipped."""
+    live = not source.seekable and out.streaming  # a stream to a stream: every line flushed
+    for result in results:
+        if result.error is not None:
+            where = f"{source.name}:{result.line}" + (
+                f":{result.column}" if result.column else "")
+            if args.on_error == "fail":
+                raise CliError(f"{where}: {result.error}")
+            console.print(f"contextpolicy: skipped {where}: {result.error}", markup=False)
+        summary.add(result)
+        if result.output is not None:
+            if numbered:
+                out.write_result(result.line, result.lines, result.output)
+            else:
+                out.write(result.output)
+            if live:
+                out.flush()
+        if result.report is not None:
+            report.add(result.report)
