@@ -9,8 +9,10 @@ final hard budget is a separate core call, :func:`check_input_budget`.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from . import _kernel
 from .accounting import (
@@ -46,7 +48,7 @@ __all__ = [
 ]
 
 
-def process_context(
+def _options(
     plan: ContextPlan | Mapping[str, Any],
     policy: Any,
     *,
@@ -64,27 +66,44 @@ def process_context(
     (audit violations, with the report), :class:`ContextCancelledError`,
     :class:`ContextStepError` (``on_step_error="raise"``) or :class:`ContextContractError`.
     """
-    prepared = None
-    if (handlers is None and counter is None and cancel is None and on_event is None
-            and implementations is None):
-        # Validate, or a reduce of trims by chars, with no counter, listener, cancel or custom
-        # implementation: one kernel call (_kernel.reduce_plan), whose records become the plan
-        # and the report when they are read (fused_records). The same figures as the
-        # step-by-step run (a test holds the two to each other). The kernel checks the steps'
-        # fragments itself (None: the full check says why).
+    # process_context's signature and documentation: a call that names an option has its
+    # arguments bound here (Python's own errors for a bad call, naming process_context).
+    return (handlers, counter, cancel, on_event, on_step_error,  # type: ignore[return-value]
+            implementations)
+
+
+_options.__name__ = _options.__qualname__ = "process_context"
+
+if TYPE_CHECKING:
+    process_context = _options
+else:
+    def process_context(plan, policy, *args, **options):
+        # One implementation. Its options are taken as *args and **options, bound by _options
+        # only when a call names one: keyword-only parameters cost every call a lookup each for
+        # their defaults, and CPython does not specialise such a call (a tenth of a
+        # six-message chat's call).
+        if args or options:
+            return step_by_step(plan, policy, *_options(plan, policy, *args, **options), None)
+        # Validate, or a reduce of trims by chars (PreparedPolicy.fast_path), with no counter,
+        # listener, cancel or custom implementation: one kernel call (_kernel.reduce_plan),
+        # whose records become the plan and the report when they are read (fused_records).
+        # The same figures as the step-by-step run (a test holds the two to each other). The
+        # kernel checks the steps' fragments itself (None: the full check says why).
         plan = plan if type(plan) is ContextPlan else as_plan(plan)
         prepared = policy if type(policy) is PreparedPolicy and policy.current() else (
             prepared_for_call(policy, None, None))
         fast = prepared.fast_path if prepared is not None else None
-        if fast is not None and (on_step_error == "continue" or on_step_error == "raise"):
+        if fast is not None:
             steps, trigger, watermark, _ = fast
             result = _kernel.fused_result(
                 ContextResult, fused_records, plan, prepared, plan.fragments, steps, trigger,
                 watermark, Fragment, PROTECTED_KINDS)
             if result is not None:
-                return result  # type: ignore[no-any-return]
-    return step_by_step(plan, policy, handlers, counter, cancel, on_event, on_step_error,
-                         implementations, prepared)
+                return result
+        return step_by_step(plan, policy, None, None, None, None, "continue", None, prepared)
+
+    functools.update_wrapper(process_context, _options)
+    process_context.__signature__ = inspect.signature(_options)
 
 
 async def astream_context(
