@@ -103,6 +103,75 @@ def arrange_ids(messages: Any, codes: Any) -> tuple[Int64Array, Int64Array]:
 _FIELD_NEEDED = (True, False, False, True)
 
 
+_Column = tuple[memoryview, list[int], Any]  # a field's bytes, offsets and nulls (or None)
+
+
+def _field_columns(fields: Any, k: int) -> list[_Column | None]:
+    """part_chars' ``fields``, checked: per name of ``PART_FIELDS`` its column, or None."""
+    if type(fields) is not tuple or len(fields) != 4:
+        raise TypeError(f"part_chars: fields must be a tuple of 4 (one per {PART_FIELDS})")
+    given: list[_Column | None] = []
+    for x, spec in enumerate(fields):
+        if spec is None:
+            given.append(None)
+            continue
+        if type(spec) is not tuple or len(spec) != 3:
+            raise TypeError(f"part_chars: {PART_FIELDS[x]}: expected (data, offsets, nulls) "
+                            f"or None")
+        fdata = np.frombuffer(spec[0], dtype=np.uint8)
+        foffs = _offsets_array(spec[1], k + 1, "part_chars", f"{PART_FIELDS[x]} offsets")
+        fnul = None
+        if spec[2] is not None:
+            fnul = _flags_array(spec[2], k, "part_chars", f"{PART_FIELDS[x]} nulls").tolist()
+        raw = memoryview(fdata.tobytes())
+        given.append((raw, [int(v) for v in foffs.tolist()], fnul))
+    return given
+
+
+def _field_of_kind(kd: int, ntext: int) -> tuple[int, int]:
+    """The field a part of kind ``kd`` counts (-1: none, an opaque part) and the flag it sets."""
+    if kd < 0 or kd > ntext + 2:
+        return -1, 0
+    if kd < ntext:
+        return 0, 0
+    if kd == ntext:
+        return 1, FLAG_TOOL_RESULT
+    if kd == ntext + 1:
+        return 2, FLAG_TOOL_CALLS
+    return 3, 0
+
+
+def _field_chars(given: list[_Column | None], p: int, x: int, total: int) -> tuple[int, bool]:
+    """``total`` plus the chars of part ``p``'s field ``x``, and whether the part is one only the
+    object path can measure. Every string the part holds in a field given is UTF-8, whatever
+    its kind; only its kind's field is counted."""
+    unreadable = False
+    for y, field in enumerate(given):
+        if field is None or (field[2] is not None and field[2][p]):
+            if y == x and _FIELD_NEEDED[x]:
+                unreadable = True
+            continue
+        raw, bounds_of = field[0], field[1]
+        lo, hi = bounds_of[p], bounds_of[p + 1]
+        if lo < 0 or lo > hi or hi > len(raw):
+            raise ValueError(f"part_chars: {PART_FIELDS[y]} offsets must be "
+                             f"non-decreasing and within 0..{len(raw)}")
+        if lo == hi:
+            continue
+        try:
+            count = len(str(raw[lo:hi], "utf-8"))
+        except UnicodeDecodeError as exc:
+            raise Utf8Error(f"invalid UTF-8 in {PART_FIELDS[y]} of part {p} at byte "
+                            f"{lo + exc.start}", p, lo + exc.start) from None
+        if y != x:
+            continue
+        if count > 2**63 - 1 - total:
+            raise ValueError("part_chars: extra must be >= 0, and a message's chars "
+                             "below 2**63")
+        total += count
+    return total, unreadable
+
+
 def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: Any = None,
                unreadable: Any = None) -> tuple[Int64Array, npt.NDArray[np.uint8],
                                                 npt.NDArray[np.bool_]]:
@@ -128,23 +197,7 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
         raise TypeError("part_chars: expected a 1-d int8 array of kinds")
     kind = [int(v) for v in kinds.tolist()]
     k = len(kind)
-    if type(fields) is not tuple or len(fields) != 4:
-        raise TypeError(f"part_chars: fields must be a tuple of 4 (one per {PART_FIELDS})")
-    given: list[tuple[memoryview, list[int], Any] | None] = []
-    for x, spec in enumerate(fields):
-        if spec is None:
-            given.append(None)
-            continue
-        if type(spec) is not tuple or len(spec) != 3:
-            raise TypeError(f"part_chars: {PART_FIELDS[x]}: expected (data, offsets, nulls) "
-                            f"or None")
-        fdata = np.frombuffer(spec[0], dtype=np.uint8)
-        foffs = _offsets_array(spec[1], k + 1, "part_chars", f"{PART_FIELDS[x]} offsets")
-        fnul = None
-        if spec[2] is not None:
-            fnul = _flags_array(spec[2], k, "part_chars", f"{PART_FIELDS[x]} nulls").tolist()
-        raw = memoryview(fdata.tobytes())
-        given.append((raw, [int(v) for v in foffs.tolist()], fnul))
+    given = _field_columns(fields, k)
     add = None
     if extra is not None:
         extra_a = np.asarray(extra)
@@ -172,44 +225,9 @@ def part_chars(part_offsets: Any, kinds: Any, ntext: Any, fields: Any, extra: An
                     raise ValueError("part_chars: extra must be >= 0, and a message's chars "
                                      "below 2**63")
                 total += add[p]
-            kd = kind[p]
-            x = -1  # the field this part's kind counts (none for an opaque part)
-            if kd < 0 or kd > ntext + 2:
-                pass
-            elif kd < ntext:
-                x = 0
-            elif kd == ntext:
-                x = 1
-                fl |= FLAG_TOOL_RESULT
-            elif kd == ntext + 1:
-                x = 2
-                fl |= FLAG_TOOL_CALLS
-            else:
-                x = 3
-            # Every string the part holds in a field given is UTF-8, whatever its kind; only
-            # its kind's field is counted.
-            for y, field in enumerate(given):
-                if field is None or (field[2] is not None and field[2][p]):
-                    if y == x and _FIELD_NEEDED[x]:
-                        unreadable_part = True
-                    continue
-                raw, bounds_of = field[0], field[1]
-                lo, hi = bounds_of[p], bounds_of[p + 1]
-                if lo < 0 or lo > hi or hi > len(raw):
-                    raise ValueError(f"part_chars: {PART_FIELDS[y]} offsets must be "
-                                     f"non-decreasing and within 0..{len(raw)}")
-                if lo == hi:
-                    continue
-                try:
-                    count = len(str(raw[lo:hi], "utf-8"))
-                except UnicodeDecodeError as exc:
-                    raise Utf8Error(f"invalid UTF-8 in {PART_FIELDS[y]} of part {p} at byte "
-                                    f"{lo + exc.start}", p, lo + exc.start) from None
-                if y != x:
-                    continue
-                if count > 2**63 - 1 - total:
-                    raise ValueError("part_chars: extra must be >= 0, and a message's chars "
-                                     "below 2**63")
-                total += count
+            x, flag = _field_of_kind(kind[p], ntext)
+            fl |= flag
+            total, unreadable_field = _field_chars(given, p, x, total)
+            unreadable_part = unreadable_part or unreadable_field
         chars[r], flags[r], bad[r] = total, fl, unreadable_part
     return chars, flags, bad
