@@ -248,32 +248,10 @@ cdef inline bint _field_needed(int x) noexcept nogil:
     return x == 0 or x == 3
 
 
-def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unreadable=None):
-    """Per message, the chars of its content parts, the flags its parts set and whether one of
-    them only the object path can measure: ``(chars, flags, bad)``.
-
-    ``part_offsets``: the messages' content lists (``m + 1`` offsets into the ``k`` parts).
-    ``kinds``: each part's kind (int8): below ``ntext`` a text part, ``ntext`` a tool_result,
-    ``ntext + 1`` a tool_use, ``ntext + 2`` a thinking block, anything else opaque. ``fields``:
-    for each name of ``PART_FIELDS``, ``None`` (missing, or not text) or ``(data, offsets,
-    nulls)`` of a string child (``nulls``: a bool array, or ``None``). ``extra``: chars added
-    per part, measured elsewhere (int64), and ``unreadable``: parts only the object path can
-    measure (bool); either may be ``None``. Every string of a field given that is not null is
-    checked as UTF-8, whatever the kind of its part (a ``Utf8Error`` names the field, the part
-    and the byte); only the field of the part's kind is counted."""
-    if not 0 <= ntext <= 125:  # kinds are int8: up to ntext + 2
-        raise ValueError(f"part_chars: ntext must lie in 0..125, got {ntext}")
-    o_a = _offsets_array(part_offsets, -1, "part_chars", "part offsets")
-    cdef Py_ssize_t m = o_a.shape[0] - 1
-    kinds_a = np.asarray(kinds)
-    if kinds_a.ndim != 1 or kinds_a.dtype != np.int8:
-        raise TypeError("part_chars: expected a 1-d int8 array of kinds")
-    kinds_a = np.array(kinds_a, copy=True)
-    cdef Py_ssize_t k = kinds_a.shape[0]
+cdef int _bind_fields(object fields, _Field* f, Py_ssize_t k, list keep) except -1:
+    # part_chars' fields, checked and bound; the arrays read stay alive in keep.
     if type(fields) is not tuple or len(fields) != 4:
         raise TypeError(f"part_chars: fields must be a tuple of 4 (one per {PART_FIELDS})")
-    cdef _Field f[4]
-    keep = [o_a, kinds_a]
     cdef const uint8_t[::1] fbuf
     cdef const uint8_t[::1] fnul
     cdef int x
@@ -299,6 +277,82 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
             keep.append(fn)
             fnul = fn
             f[x].nulls = &fnul[0] if k else NULL
+    return 0
+
+
+cdef inline int _kind_field(int8_t kd, Py_ssize_t ntext, uint8_t* fl) noexcept nogil:
+    # The field a part of kind kd counts (-1: none, an opaque part); sets the flag it carries.
+    if kd < 0 or kd > ntext + 2:
+        return -1
+    if kd < ntext:
+        return 0
+    if kd == ntext:
+        fl[0] |= F_RESULT
+        return 1
+    if kd == ntext + 1:
+        fl[0] |= F_CALLS
+        return 2
+    return 3
+
+
+cdef inline int _field_chars(const _Field* f, Py_ssize_t p, int x, int64_t* total,
+                             bint* unreadable, int* which, Py_ssize_t* err_part,
+                             int64_t* ubad) noexcept nogil:
+    # Adds part p's chars of field x to total; 0, or part_chars' fault code. Every string the
+    # part holds in a field given is UTF-8, whatever its kind; only its kind's field is counted.
+    cdef int y
+    cdef int64_t lo, hi, count
+    for y in range(4):
+        if not f[y].given or (f[y].nulls != NULL and f[y].nulls[p]):
+            if y == x and _field_needed(x):
+                unreadable[0] = True
+            continue
+        lo = _off(&f[y].offs, p)  # each offset read once: it may change meanwhile
+        hi = _off(&f[y].offs, p + 1)
+        if lo < 0 or lo > hi or hi > f[y].size:
+            which[0] = y
+            return 2
+        if lo == hi:
+            continue
+        count = cp_utf8_count_in(f[y].data + lo, hi - lo, f[y].size - lo, ubad)
+        if count < 0:
+            which[0] = y
+            err_part[0] = p
+            ubad[0] = lo + ubad[0]
+            return 3
+        if y != x:
+            continue
+        if count > INT64_MAX - total[0]:
+            return 4
+        total[0] += count
+    return 0
+
+
+def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unreadable=None):
+    """Per message, the chars of its content parts, the flags its parts set and whether one of
+    them only the object path can measure: ``(chars, flags, bad)``.
+
+    ``part_offsets``: the messages' content lists (``m + 1`` offsets into the ``k`` parts).
+    ``kinds``: each part's kind (int8): below ``ntext`` a text part, ``ntext`` a tool_result,
+    ``ntext + 1`` a tool_use, ``ntext + 2`` a thinking block, anything else opaque. ``fields``:
+    for each name of ``PART_FIELDS``, ``None`` (missing, or not text) or ``(data, offsets,
+    nulls)`` of a string child (``nulls``: a bool array, or ``None``). ``extra``: chars added
+    per part, measured elsewhere (int64), and ``unreadable``: parts only the object path can
+    measure (bool); either may be ``None``. Every string of a field given that is not null is
+    checked as UTF-8, whatever the kind of its part (a ``Utf8Error`` names the field, the part
+    and the byte); only the field of the part's kind is counted."""
+    if not 0 <= ntext <= 125:  # kinds are int8: up to ntext + 2
+        raise ValueError(f"part_chars: ntext must lie in 0..125, got {ntext}")
+    o_a = _offsets_array(part_offsets, -1, "part_chars", "part offsets")
+    cdef Py_ssize_t m = o_a.shape[0] - 1
+    kinds_a = np.asarray(kinds)
+    if kinds_a.ndim != 1 or kinds_a.dtype != np.int8:
+        raise TypeError("part_chars: expected a 1-d int8 array of kinds")
+    kinds_a = np.array(kinds_a, copy=True)
+    cdef Py_ssize_t k = kinds_a.shape[0]
+    cdef _Field f[4]
+    keep = [o_a, kinds_a]
+    _bind_fields(fields, f, k, keep)
     cdef const int64_t* add = NULL
     cdef const int64_t[::1] add_v
     if extra is not None:
@@ -327,9 +381,8 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
     cdef uint8_t[::1] flags = flags_a
     cdef uint8_t[::1] bad = bad_a.view(np.uint8)
     cdef Py_ssize_t r, p, err_part = -1
-    cdef int64_t a, b, lo, hi, count, total, ubad = 0
-    cdef int fault = 0, which = -1, y
-    cdef int8_t kd
+    cdef int64_t a, b, total, ubad = 0
+    cdef int fault = 0, which = -1, x
     cdef uint8_t fl
     cdef bint unreadable_part
     with nogil:
@@ -350,48 +403,8 @@ def part_chars(part_offsets, kinds, Py_ssize_t ntext, fields, extra=None, unread
                         fault = 4
                         break
                     total += add[p]
-                kd = kind[p]
-                x = -1  # the field this part's kind counts (none for an opaque part)
-                if kd < 0 or kd > ntext + 2:
-                    pass
-                elif kd < ntext:
-                    x = 0
-                elif kd == ntext:
-                    x = 1
-                    fl |= F_RESULT
-                elif kd == ntext + 1:
-                    x = 2
-                    fl |= F_CALLS
-                else:
-                    x = 3
-                # Every string the part holds in a field given is UTF-8, whatever its kind;
-                # only its kind's field is counted.
-                for y in range(4):
-                    if not f[y].given or (f[y].nulls != NULL and f[y].nulls[p]):
-                        if y == x and _field_needed(x):
-                            unreadable_part = True
-                        continue
-                    lo = _off(&f[y].offs, p)  # each offset read once: it may change meanwhile
-                    hi = _off(&f[y].offs, p + 1)
-                    if lo < 0 or lo > hi or hi > f[y].size:
-                        fault = 2
-                        which = y
-                        break
-                    if lo == hi:
-                        continue
-                    count = cp_utf8_count_in(f[y].data + lo, hi - lo, f[y].size - lo, &ubad)
-                    if count < 0:
-                        fault = 3
-                        which = y
-                        err_part = p
-                        ubad = lo + ubad
-                        break
-                    if y != x:
-                        continue
-                    if count > INT64_MAX - total:
-                        fault = 4
-                        break
-                    total += count
+                x = _kind_field(kind[p], ntext, &fl)
+                fault = _field_chars(f, p, x, &total, &unreadable_part, &which, &err_part, &ubad)
                 if fault:
                     break
             if fault:

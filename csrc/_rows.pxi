@@ -145,6 +145,63 @@ cdef Py_ssize_t _rows_cut(_Rows* s, Py_ssize_t h0, Py_ssize_t tail, int grouping
     return s.starts[first]
 
 
+cdef int64_t _codes_used(const int64_t[::1] call_codes, const int64_t[::1] result_codes,
+                         int64_t ncodes) except -1:
+    # 1 + the highest code in use (0 for none), every code checked against ncodes.
+    cdef int64_t used = 0
+    cdef Py_ssize_t i
+    if ncodes < 0:
+        raise ValueError("ncodes must be >= 0")
+    for i in range(call_codes.shape[0]):
+        if call_codes[i] < -1 or call_codes[i] >= ncodes:
+            raise ValueError(f"call_codes must lie in -1..{ncodes - 1}")
+        if call_codes[i] >= used:
+            used = call_codes[i] + 1
+    for i in range(result_codes.shape[0]):
+        if result_codes[i] < -1 or result_codes[i] >= ncodes:
+            raise ValueError(f"result_codes must lie in -1..{ncodes - 1}")
+        if result_codes[i] >= used:
+            used = result_codes[i] + 1
+    return used
+
+
+cdef int _check_row_chars(const int64_t[::1] chars, const int64_t[::1] off,
+                          Py_ssize_t n) except -1:
+    # Chars are >= 0 and each row's add up within 64 bits.
+    cdef Py_ssize_t i, r
+    cdef int64_t row_total
+    for i in range(chars.shape[0]):
+        if chars[i] < 0:
+            raise ValueError("chars must be >= 0")
+    for r in range(n):
+        row_total = 0
+        for i in range(off[r], off[r + 1]):
+            if chars[i] > INT64_MAX - row_total:
+                raise ValueError(f"the chars of row {r} add up to more than 64 bits hold")
+            row_total += chars[i]
+    return 0
+
+
+cdef int64_t* _trim_specs(tuple steps, Py_ssize_t nsteps) except NULL:
+    # The trims as (grouping, keep_groups, target_chars) triples in a block the caller frees.
+    cdef Py_ssize_t i
+    cdef int64_t* spec = <int64_t*>malloc(sizeof(int64_t) * (3 * nsteps + 1))
+    if spec == NULL:
+        raise MemoryError()
+    try:
+        for i in range(nsteps):
+            grouping, keep, target = steps[i]
+            if grouping != CP_GROUP_USER_TURN and grouping != CP_GROUP_MESSAGE:
+                raise ValueError(f"unknown grouping code {grouping}")
+            if keep < 0 or target < 0:
+                raise ValueError("keep_groups and target_chars must be >= 0")
+            spec[3 * i], spec[3 * i + 1], spec[3 * i + 2] = grouping, keep, target
+    except BaseException:
+        free(spec)
+        raise
+    return spec
+
+
 def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_codes_in,
                 result_offsets, result_codes_in, int64_t ncodes, tuple steps,
                 int64_t trigger_chars, int64_t watermark_chars, skip_in=None):
@@ -176,44 +233,11 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
                          result_codes.shape[0] > 0)
     cdef const int64_t[::1] roff = roff_a
     cdef Py_ssize_t i, r, n = off.shape[0] - 1, longest = 0
-    cdef int64_t used = 0  # the state covers the codes in use, whatever ncodes claims
-    if ncodes < 0:
-        raise ValueError("ncodes must be >= 0")
-    for i in range(call_codes.shape[0]):
-        if call_codes[i] < -1 or call_codes[i] >= ncodes:
-            raise ValueError(f"call_codes must lie in -1..{ncodes - 1}")
-        if call_codes[i] >= used:
-            used = call_codes[i] + 1
-    for i in range(result_codes.shape[0]):
-        if result_codes[i] < -1 or result_codes[i] >= ncodes:
-            raise ValueError(f"result_codes must lie in -1..{ncodes - 1}")
-        if result_codes[i] >= used:
-            used = result_codes[i] + 1
-    for i in range(m):
-        if chars[i] < 0:
-            raise ValueError("chars must be >= 0")
-    cdef int64_t row_total
-    for r in range(n):
-        row_total = 0
-        for i in range(off[r], off[r + 1]):
-            if chars[i] > INT64_MAX - row_total:
-                raise ValueError(f"the chars of row {r} add up to more than 64 bits hold")
-            row_total += chars[i]
+    # The state covers the codes in use, whatever ncodes claims.
+    cdef int64_t used = _codes_used(call_codes, result_codes, ncodes)
+    _check_row_chars(chars, off, n)
     cdef Py_ssize_t nsteps = len(steps)
-    cdef int64_t* spec = <int64_t*>malloc(sizeof(int64_t) * (3 * nsteps + 1))
-    if spec == NULL:
-        raise MemoryError()
-    try:
-        for i in range(nsteps):
-            grouping, keep, target = steps[i]
-            if grouping != CP_GROUP_USER_TURN and grouping != CP_GROUP_MESSAGE:
-                raise ValueError(f"unknown grouping code {grouping}")
-            if keep < 0 or target < 0:
-                raise ValueError("keep_groups and target_chars must be >= 0")
-            spec[3 * i], spec[3 * i + 1], spec[3 * i + 2] = grouping, keep, target
-    except BaseException:
-        free(spec)
-        raise
+    cdef int64_t* spec = _trim_specs(steps, nsteps)
     skip_a = np.zeros(n, dtype=np.uint8) if skip_in is None else np.ascontiguousarray(
         skip_in, dtype=np.uint8)
     if skip_a.shape[0] != n:
