@@ -76,6 +76,16 @@ def kernels(request: pytest.FixtureRequest) -> list[ModuleType]:
     return [load_kernel(name) for name in names]
 
 
+@pytest.fixture(scope="session")
+def two_kernels(kernels: list[ModuleType]) -> list[ModuleType]:
+    """Both kernels, for tests that compare them: skipped when only the twin is present, where a
+    comparison would hold the twin to itself."""
+    if len(kernels) < 2:
+        pytest.skip("only the pure-Python twin is present (--no-c-extensions): comparing the "
+                    "kernels needs the compiled one too")
+    return kernels
+
+
 @pytest.fixture(scope="module", params=KERNEL_PARAMS)
 def pipeline_kernel(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
     """Each kernel in turn as the live kernel of the whole library, for a module's tests."""

@@ -6,6 +6,7 @@ pure-Python twin. A failed compile falls back to the twin loudly, except under c
 that no wheel ships without its kernel by accident.
 """
 
+import glob
 import os
 import platform
 import runpy
@@ -110,8 +111,8 @@ def extensions():
         "contextpolicy._kernel_c",
         ["csrc/_kernel_c.pyx"],
         include_dirs=["csrc", _tables_header()],
-        depends=[os.path.join(GENERATED, "_tables.h"), "csrc/utf8.h", "csrc/scan.h", "csrc/pool.h",
-                 "csrc/_scan.pxi"],
+        depends=[os.path.join(GENERATED, "_tables.h"), *sorted(glob.glob("csrc/*.h")),
+                 *sorted(glob.glob("csrc/*.pxi"))],
         extra_compile_args=_compile_args(),
         extra_link_args=_link_args(),
     )

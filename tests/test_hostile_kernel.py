@@ -388,6 +388,7 @@ def test_the_json_depth_limit_is_named_in_the_error(outcomes, kernels, name, whe
 FUZZ_EXAMPLES = 2000
 
 
+@pytest.mark.usefixtures("two_kernels")
 def test_fuzzed_hostile_histories_agree_and_never_crash():
     # tests/fuzz_kernel.py: hypothesis histories made hostile (lying subclasses, str-subclass
     # keys, tool inputs that change the history while it is measured, cycles, deep nesting),

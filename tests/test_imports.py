@@ -5,6 +5,7 @@ kernels are one concern split in three)."""
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -12,9 +13,15 @@ import pytest
 import contextpolicy
 
 PACKAGE = Path(contextpolicy.__file__).resolve().parent
-# The chooser and the kernels it chooses between, and their shared tables.
-KERNEL_TRIO = {"contextpolicy._kernel", "contextpolicy._kernel_py", "contextpolicy._kernel_c",
-               "contextpolicy._tables"}
+# The chooser, the kernels it chooses between (the twin's modules, one per concern, are
+# ``_<concern>_py``), and what both kernels share.
+KERNEL_MODULES = {"contextpolicy._kernel", "contextpolicy._kernel_py", "contextpolicy._kernel_c",
+                  "contextpolicy._tables", "contextpolicy._kernel_names",
+                  "contextpolicy._c_args"}
+
+
+def in_kernel(name: str) -> bool:
+    return name in KERNEL_MODULES or re.fullmatch(r"contextpolicy\._[a-z_]+_py", name) is not None
 
 
 def modules() -> dict[str, tuple[Path, bool]]:
@@ -150,9 +157,8 @@ def private_imports() -> list[str]:
                 continue
             if not module.startswith("contextpolicy") or f"{module}.{imported}" in MODULES:
                 continue  # another library's name, or a module of the package
-            if name in KERNEL_TRIO and (module in KERNEL_TRIO
-                                        or f"{module}.{imported}" in KERNEL_TRIO):
-                continue  # the chooser and its kernels (the compiled one is no .py file)
+            if in_kernel(name) and (in_kernel(module) or in_kernel(f"{module}.{imported}")):
+                continue  # within the kernel trio (the compiled kernel is no .py file)
             found.append(f"{name}:{line} imports {imported} from {module}")
     return found
 
@@ -168,8 +174,14 @@ def test_no_module_imports_another_modules_private_name():
     ("def f():\n    from ..report import _lazy\n", []),  # resolves above the package: not ours
 ])
 def test_private_imports_are_found(tmp_path, monkeypatch, source, expected):
+    # (a kernel module may take another kernel module's private names: see the next test)
     path = tmp_path / "probe.py"
     path.write_text(source, "utf-8")
     monkeypatch.setitem(MODULES, "contextpolicy.probe", (path, False))
     found = [f.split(" ", 1)[1] for f in private_imports() if f.startswith("contextpolicy.probe:")]
     assert found == expected
+
+
+def test_the_kernel_trio_is_the_only_exception():
+    assert in_kernel("contextpolicy._messages_py") and in_kernel("contextpolicy._kernel_c")
+    assert not in_kernel("contextpolicy.core") and not in_kernel("contextpolicy.jsonl.worker")

@@ -26,7 +26,9 @@ from contextpolicy.errors import ContextPlanError
 from .strategies import bad_message, histories, json_value, message, text
 from .test_scan import MISSED_REASONS, expected_missed
 
-pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+# Every test here compares the kernels: with only the twin present they are skipped.
+pytestmark = [pytest.mark.filterwarnings("ignore::DeprecationWarning"),
+              pytest.mark.usefixtures("two_kernels")]
 
 SETTINGS = settings(
     max_examples=150, deadline=None,

@@ -111,6 +111,66 @@ def test_the_generated_header_spells_every_table_entry():
 
 
 # ---------------------------------------------------------------------------------------------
+# Kernel trios: one chooser, two kernels held to each other, each concern in both halves
+
+
+def test_each_kernel_exports_the_names_of_the_other(two_kernels):
+    # Each kernel lists its own names: a name one of them adds, drops or leaves undefined
+    # fails here, whichever side it is on.
+    compiled, twin = two_kernels
+    assert compiled.__all__ is not twin.__all__
+    for kernel, other in ((compiled, twin), (twin, compiled)):
+        assert len(set(kernel.__all__)) == len(kernel.__all__), kernel.IMPLEMENTATION
+        missing = sorted(set(other.__all__) - set(kernel.__all__))
+        assert missing == [], f"{kernel.IMPLEMENTATION} does not export {missing}"
+        for name in kernel.__all__:
+            assert hasattr(kernel, name), f"{kernel.IMPLEMENTATION}.{name} is not defined"
+            assert callable(getattr(kernel, name)) == callable(getattr(other, name)), name
+
+
+def test_constants_codes_and_errors_are_one_object_on_both_kernels(two_kernels):
+    from contextpolicy import _kernel_names
+
+    compiled, twin = two_kernels
+    shared = [n for n in vars(_kernel_names) if not n.startswith("_") and n in twin.__all__]
+    assert {"Utf8Error", "ENTRY_SLOTS", "SCAN_FIGURES", "ORPHAN_CODE", "PART_FIELDS"} <= set(shared)
+    for name in shared:
+        assert getattr(compiled, name) is getattr(twin, name) is getattr(_kernel_names, name), name
+
+
+@pytest.mark.c_extension
+def test_the_compiled_kernel_does_not_import_the_twin():
+    probe = ("import sys; import contextpolicy._kernel_c as c; "
+             "print(sorted(m for m in sys.modules if m.startswith('contextpolicy.')))")
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
+                         check=True, env={**os.environ, "CONTEXTPOLICY_PURE_PYTHON": ""})
+    loaded = eval(out.stdout)
+    assert "contextpolicy._kernel_c" in loaded
+    assert "contextpolicy._kernel_py" not in loaded, loaded
+    assert "contextpolicy._kernel" not in loaded, loaded  # nor the chooser
+
+
+@pytest.mark.packaging  # reads the source tree, which an installed wheel's suite does not have
+def test_every_kernel_concern_has_both_halves():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    package, csrc = root / "src" / "contextpolicy", root / "csrc"
+    unit = (csrc / "_kernel_c.pyx").read_text("utf-8")
+    twins = sorted(p for p in package.glob("_*_py.py") if p.name != "_kernel_py.py")
+    assert len(twins) >= 5
+    for twin in twins:
+        half = csrc / (twin.name[: -len("_py.py")] + ".pxi")
+        assert half.exists(), f"{twin.name} has no compiled half {half.name}"
+        assert f"csrc/{half.name}" in twin.read_text("utf-8"), f"{twin.name} names its half"
+        assert f"contextpolicy/{twin.name}" in half.read_text("utf-8"), f"{half.name} names its twin"
+    included = [line.split('"')[1] for line in unit.splitlines() if line.startswith("include ")]
+    assert sorted(included) == sorted(p.name for p in csrc.glob("*.pxi")), "every .pxi, once"
+    for path in [csrc / "_kernel_c.pyx", *csrc.glob("*.pxi")]:
+        assert "_kernel_py" not in path.read_text("utf-8").replace("contextpolicy/_kernel_py.py", ""), path.name
+
+
+# ---------------------------------------------------------------------------------------------
 # Public names
 
 

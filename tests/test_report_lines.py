@@ -19,7 +19,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextpolicy import _kernel, _kernel_py
+from contextpolicy import _kernel, _report_lines_py
 from contextpolicy.jsonl.templates import FusedReports
 from contextpolicy.jsonl.worker import LineWorker
 from contextpolicy.synthetic import corpus
@@ -86,7 +86,7 @@ def check_entries(differential, worker: LineWorker, lines: list[bytes]) -> list[
             assert raws[k] == record
             records, span = record
             ident = None if span is None else data[span[0]:span[1]]
-            assert records[5] or not _kernel_py._written_back(ident), ident
+            assert records[5] or not _report_lines_py._written_back(ident), ident
             written.append(False)
     assert at == len(entries)
     return written
@@ -131,7 +131,7 @@ ID_CASES = [
 def test_ids(differential, ident, back):
     line = (b'{"messages":[{"role":"user","content":"hi"},{"role":"assistant","content":"x"}],'
             b'"id": %b }' % ident)
-    assert _kernel_py._written_back(ident) is back
+    assert _report_lines_py._written_back(ident) is back
     for policy in (SEED_POLICY, VALIDATE_POLICY):
         assert check_entries(differential, worker_of(policy), [line]) == [back]
 
