@@ -81,9 +81,17 @@ else:
         # One implementation. Its options are taken as *args and **options, bound by _options
         # only when a call names one: keyword-only parameters cost every call a lookup each for
         # their defaults, and CPython does not specialise such a call (a tenth of a
-        # six-message chat's call).
+        # six-message chat's call). Options given as their defaults, or on_step_error="raise"
+        # alone, take the one kernel call too.
+        on_step_error = "continue"
         if args or options:
-            return step_by_step(plan, policy, *_options(plan, policy, *args, **options), None)
+            handlers, counter, cancel, on_event, on_step_error, implementations = _options(
+                plan, policy, *args, **options)
+            if (handlers is not None or counter is not None or cancel is not None
+                    or on_event is not None or implementations is not None
+                    or (on_step_error != "continue" and on_step_error != "raise")):
+                return step_by_step(plan, policy, handlers, counter, cancel, on_event,
+                                    on_step_error, implementations, None)
         # Validate, or a reduce of trims by chars (PreparedPolicy.fast_path), with no counter,
         # listener, cancel or custom implementation: one kernel call (_kernel.reduce_plan),
         # whose records become the plan and the report when they are read (fused_records).
@@ -100,7 +108,7 @@ else:
                 watermark, Fragment, PROTECTED_KINDS)
             if result is not None:
                 return result
-        return step_by_step(plan, policy, None, None, None, None, "continue", None, prepared)
+        return step_by_step(plan, policy, None, None, None, None, on_step_error, None, prepared)
 
     functools.update_wrapper(process_context, _options)
     process_context.__signature__ = inspect.signature(_options)
