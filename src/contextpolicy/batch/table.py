@@ -133,11 +133,31 @@ def reduce_table(
     where = names.index(column)
     data = table.column(where)
     chunks = [data] if is_batch else list(data.chunks)
-    # Pieces of rows, reduced side by side: the kernel, the UTF-8 count and Arrow's take run
-    # without the GIL. A RecordBatch stays one piece (its column is one array).
+    workers = 1 if is_batch else _threads(threads)
+    pieces = _pieces(chunks, workers)
+    done = _reduced(run, pieces, column, workers) if chunks else []
+    with _kernel.pooled_arrays():
+        figures = _figures(done, run)
+    if is_batch:
+        arrays = list(table.columns)
+        arrays[where] = done[0].messages if done else data
+        out = pa.RecordBatch.from_arrays(arrays, schema=table.schema)
+        combined = figures.combine_chunks()
+        return Reduced(out, pa.RecordBatch.from_arrays(
+            [col.chunk(0) if col.num_chunks else pa.array([], type=col.type)
+             for col in combined.columns], schema=figures.schema))
+    if all(c.messages is arr for c, (_, arr) in zip(done, pieces, strict=True)):
+        return Reduced(table, figures)
+    new = pa.chunked_array([c.messages for c in done], type=data.type)
+    return Reduced(table.set_column(where, table.schema.field(where), new), figures)
+
+
+def _pieces(chunks: list[Any], workers: int) -> list[tuple[int, Any]]:
+    """The column's chunks cut into pieces of rows to reduce side by side (the kernel, the
+    UTF-8 count and Arrow's take run without the GIL), each with the row it starts at. A
+    RecordBatch stays one piece (its column is one array)."""
     pieces: list[tuple[int, Any]] = []
     offset = 0
-    workers = 1 if is_batch else _threads(threads)
     for chunk in chunks:
         bounds = _piece_bounds(chunk, workers)
         if len(bounds) == 2:
@@ -145,7 +165,13 @@ def reduce_table(
         else:
             pieces += [(offset + a, chunk.slice(a, b - a)) for a, b in pairwise(bounds)]
         offset += len(chunk)
+    return pieces
 
+
+def _reduced(run: TableRun, pieces: list[tuple[int, Any]], column: str,
+             workers: int) -> list[Chunk]:
+    """Every piece reduced, in threads when there are several; an error names the row of the
+    whole column."""
     def one(piece: tuple[int, Any]) -> Chunk:
         at, arr = piece
         try:
@@ -159,24 +185,8 @@ def reduce_table(
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(min(workers, len(pieces))) as pool:
-            done = list(pool.map(one, pieces))
-    else:
-        done = [one(p) for p in pieces] if chunks else []
-    chunks = [arr for _, arr in pieces]
-    with _kernel.pooled_arrays():
-        figures = _figures(done, run)
-    if is_batch:
-        arrays = list(table.columns)
-        arrays[where] = done[0].messages if done else data
-        out = pa.RecordBatch.from_arrays(arrays, schema=table.schema)
-        combined = figures.combine_chunks()
-        return Reduced(out, pa.RecordBatch.from_arrays(
-            [col.chunk(0) if col.num_chunks else pa.array([], type=col.type)
-             for col in combined.columns], schema=figures.schema))
-    if all(c.messages is ch for c, ch in zip(done, chunks, strict=True)):
-        return Reduced(table, figures)
-    new = pa.chunked_array([c.messages for c in done], type=data.type)
-    return Reduced(table.set_column(where, table.schema.field(where), new), figures)
+            return list(pool.map(one, pieces))
+    return [one(p) for p in pieces]
 
 
 def release_memory() -> None:
