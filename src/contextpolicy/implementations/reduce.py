@@ -13,7 +13,7 @@ stops with :class:`ContextStepError` under ``on_step_error="raise"``).
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from .._build import built
@@ -196,7 +196,17 @@ def _compress(
             "handler-error", f"handler {step.handler_id!r} raised {type(err).__name__}: {err}",
             groups,
         )
-    value = reply.value
+    return _compressed(ctx, step, fragment, before, content, kept, reply.value, groups, failed,
+                       common)
+
+
+def _compressed(
+    ctx: PolicyContext, step: CompressStep, fragment: Fragment, before: FragmentMeasure,
+    content: str | list[dict[str, Any]], kept: list[dict[str, Any]] | None, value: Any,
+    groups: int | None, failed: Callable[..., StepReport], common: dict[str, Any],
+) -> tuple[Fragment, FragmentMeasure, StepReport]:
+    """What a handler returned (``value``) checked and measured: the new fragment and its
+    step's report, or the fragment as it was and a failed step (``failed``) saying why."""
     if isinstance(content, str):
         if not isinstance(value, str):
             return fragment, before, failed(
