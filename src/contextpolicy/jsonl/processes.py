@@ -368,47 +368,78 @@ def share_ranges(
     a few bytes to send, so the workers are kept supplied without ever blocking this process,
     which works through the ranges nobody else is waiting for. A worker is started only for a
     range there is to give it."""
-    from multiprocessing.connection import wait
-
-    ctx = context()
-    children: list[WorkerProcess] = []
-    done: dict[int, tuple[int, list[LineResult]]] = {}
-    sent = 0
-    more = True
-    workers = jobs - 1
-
-    def supply(child: WorkerProcess) -> None:
-        nonlocal sent, more
-        while more and len(child.pending) < QUEUED:
-            batch = next(batches, None)
-            if batch is None:
-                more = False
-                return
-            child.send((sent, batch))
-            sent += 1
-
-    def feed() -> None:
-        nonlocal sent, more
-        for child in children:
-            supply(child)
-        while more and len(children) < workers:
-            batch = next(batches, None)
-            if batch is None:
-                more = False
+    sharing = _Sharing(batches, worker, jobs)
+    failed = True
+    try:
+        # The first range is this process's own: a file of one range starts no worker.
+        first = next(batches, None)
+        if first is None:
+            return
+        sharing.sent = 1
+        sharing.feed()
+        sharing.done[0] = worker.batch(first, between=sharing.drain)
+        sharing.drain()
+        given = 0
+        while True:
+            while given in sharing.done:
+                yield from absolute(*sharing.done.pop(given))
+                given += 1
+                if on_batch is not None:
+                    on_batch()
+            if sharing.work_here():
+                continue
+            if not sharing.wait():
                 break
-            child = WorkerProcess(ctx, worker, children)
-            children.append(child)
-            child.send((sent, batch))
-            sent += 1
-            supply(child)
-        if not more:
-            for child in children:
+        failed = False
+    finally:
+        for child in sharing.children:
+            child.stop(kill=failed)
+
+
+class _Sharing:
+    """The state of :func:`share_ranges`: the worker processes, the ranges sent and the results
+    come back, by the order of their ranges."""
+
+    def __init__(self, batches: Iterator[FileRange], worker: LineWorker, jobs: int) -> None:
+        self.batches, self.worker, self.jobs = batches, worker, jobs
+        self.ctx = context()
+        self.children: list[WorkerProcess] = []
+        self.done: dict[int, tuple[int, list[LineResult]]] = {}
+        self.sent = 0
+        self.more = True
+
+    def supply(self, child: WorkerProcess) -> None:
+        while self.more and len(child.pending) < QUEUED:
+            batch = next(self.batches, None)
+            if batch is None:
+                self.more = False
+                return
+            child.send((self.sent, batch))
+            self.sent += 1
+
+    def feed(self) -> None:
+        """Every worker kept supplied; a new worker for a range while there are fewer than
+        ``jobs - 1``; a worker with nothing left to do let go."""
+        for child in self.children:
+            self.supply(child)
+        while self.more and len(self.children) < self.jobs - 1:
+            batch = next(self.batches, None)
+            if batch is None:
+                self.more = False
+                break
+            child = WorkerProcess(self.ctx, self.worker, self.children)
+            self.children.append(child)
+            child.send((self.sent, batch))
+            self.sent += 1
+            self.supply(child)
+        if not self.more:
+            for child in self.children:
                 if not child.pending:
                     child.release()
 
-    def collect(child: WorkerProcess) -> None:
+    def collect(self, child: WorkerProcess) -> None:
         try:
-            index, result, failure = _received_results(child.results, worker)
+            index, result, failure = _received_results(child.results, self.worker)
         except EOFError:
             raise child.died() from None
         if isinstance(failure, BaseException):
@@ -416,48 +447,38 @@ def share_ranges(
         if failure is not None:
             raise WorkerError(f"a worker process failed:\n{failure}")
         assert index == child.pending.popleft()
-        done[index] = result
+        self.done[index] = result
 
-    def drain() -> None:
-        for child in children:
+    def drain(self) -> None:
+        """The results the workers have finished, collected without waiting; then more work."""
+        for child in self.children:
             while child.pending and child.results.poll():
-                collect(child)
-        feed()
+                self.collect(child)
+        self.feed()
 
-    failed = True
-    try:
-        # The first range is this process's own: a file of one range starts no worker.
-        first = next(batches, None)
-        if first is None:
-            return
-        sent = 1
-        feed()
-        done[0] = worker.batch(first, between=drain)
-        drain()
-        given = 0
-        while True:
-            while given in done:
-                yield from absolute(*done.pop(given))
-                given += 1
-                if on_batch is not None:
-                    on_batch()
-            if more and len(done) < jobs * QUEUED:
-                batch = next(batches, None)
-                if batch is None:
-                    more = False
-                else:
-                    index = sent
-                    sent += 1
-                    done[index] = worker.batch(batch, between=drain)
-                    drain()
-                    continue
-            busy = [child for child in children if child.pending]
-            if not busy:
-                break
-            for conn in wait([child.results for child in busy]):
-                collect(next(child for child in busy if child.results is conn))
-            feed()
-        failed = False
-    finally:
-        for child in children:
-            child.stop(kill=failed)
+    def work_here(self) -> bool:
+        """A range worked through in this process, when there is one and not too many results
+        wait to be given: whether it did."""
+        if not self.more or len(self.done) >= self.jobs * QUEUED:
+            return False
+        batch = next(self.batches, None)
+        if batch is None:
+            self.more = False
+            return False
+        index = self.sent
+        self.sent += 1
+        self.done[index] = self.worker.batch(batch, between=self.drain)
+        self.drain()
+        return True
+
+    def wait(self) -> bool:
+        """The next results of the busy workers, waited for: whether any worker was busy."""
+        from multiprocessing.connection import wait
+
+        busy = [child for child in self.children if child.pending]
+        if not busy:
+            return False
+        for conn in wait([child.results for child in busy]):
+            self.collect(next(child for child in busy if child.results is conn))
+        self.feed()
+        return True
