@@ -72,43 +72,51 @@ def _is_list(t: Any) -> bool:
 
 
 def _types_below(t: Any) -> list[Any]:
-    """The types a value of type ``t`` holds one level down."""
+    """The types a value of type ``t`` holds one level down, in the order :func:`_below`
+    gives the arrays (a map's entries are a struct of its key and item)."""
     pa = require_pyarrow()
     if isinstance(t, pa.BaseExtensionType):
         return [t.storage_type]
     if pa.types.is_dictionary(t) or pa.types.is_run_end_encoded(t) or _is_list(t):
         return [t.value_type]
     if pa.types.is_map(t):
-        return [t.key_type, t.item_type]
+        return [pa.struct([t.key_field, t.item_field])]
     if pa.types.is_struct(t) or pa.types.is_union(t):
         return [f.type for f in t]
     return []
 
 
-class _Holds:
-    """Whether a value of a type can hold a leaf ``want`` takes, each type worked out once
-    (a walk of its own, without recursion, however deep the type nests)."""
+class _Node:
+    """A place in a type: whether a value there can hold a leaf ``want`` takes (``holds``),
+    whether it is one (``wanted``), and the places one level down (``below``)."""
 
-    def __init__(self, want: Callable[[Any], bool]) -> None:
-        self.want = want
-        self.known: dict[Any, bool] = {}
+    __slots__ = ("below", "holds", "wanted")
 
-    def __call__(self, top: Any) -> bool:
-        known = self.known
-        todo: list[tuple[Any, list[Any] | None]] = [(top, None)]
-        while todo:
-            t, below = todo.pop()
-            if t in known:
-                continue
-            if below is not None:  # its types below are known now
-                known[t] = any(known[b] for b in below)
-            elif self.want(t):
-                known[t] = True
-            else:
-                below = _types_below(t)
-                todo.append((t, below))
-                todo.extend((b, None) for b in below if b not in known)
-        return known[top]
+    def __init__(self) -> None:
+        self.holds = self.wanted = False
+        self.below: list[_Node] = []
+
+
+def _plan(top: Any, want: Callable[[Any], bool]) -> _Node:
+    """The places of type ``top``, each knowing whether it can hold a leaf ``want`` takes:
+    worked out once, bottom up, with a stack of its own (a type may nest as deeply as a tool
+    input), so that the walk of the arrays asks nothing of the types again."""
+    pa = require_pyarrow()
+    root = _Node()
+    todo: list[tuple[Any, _Node, bool]] = [(top, root, False)]
+    while todo:
+        t, node, expanded = todo.pop()
+        if expanded:
+            node.holds = any(n.holds for n in node.below)
+            continue
+        if not isinstance(t, pa.BaseExtensionType) and want(t):
+            node.holds = node.wanted = True
+            continue
+        types = _types_below(t)
+        node.below = [_Node() for _ in types]
+        todo.append((t, node, True))
+        todo.extend((b, n, False) for b, n in zip(types, node.below, strict=True))
+    return root
 
 
 def _list_link(offsets: Any) -> Callable[[int], tuple[int, Step | None] | None]:
@@ -173,18 +181,21 @@ def _below(arr: Any, place: Place) -> list[tuple[Any, Place]]:
     return []
 
 
-def _leaves(arr: Any, place: Place, holds: _Holds) -> Iterator[tuple[Any, Place]]:
-    """Every array inside ``arr`` (``arr`` too) whose type ``holds.want`` takes, with the place
-    of each of its values, in the order of a walk from the top (without recursion)."""
-    todo = [(arr, place)]
+def _leaves(arr: Any, place: Place, plan: _Node) -> Iterator[tuple[Any, Place]]:
+    """Every array inside ``arr`` (``arr`` too) at a place of ``plan`` that is a leaf, with
+    the place of each of its values, in the order of a walk from the top (without
+    recursion)."""
+    todo = [(arr, place, plan)]
     while todo:
-        arr, place = todo.pop()
-        if not holds(arr.type):
+        arr, place, node = todo.pop()
+        if not node.holds:
             continue
-        if holds.want(arr.type):
+        if node.wanted:
             yield arr, place
         else:
-            todo.extend(reversed(_below(arr, place)))
+            below = _below(arr, place)
+            todo.extend(reversed([(a, p, n) for (a, p), n in zip(below, node.below,
+                                                                 strict=True)]))
 
 
 def _row_link(start: int) -> Callable[[int], tuple[int, Step | None] | None]:
@@ -194,11 +205,11 @@ def _row_link(start: int) -> Callable[[int], tuple[int, Step | None] | None]:
 def _top(arr: Any, name: str, want: Callable[[Any], bool]) -> Iterator[tuple[Any, Place]]:
     """The leaves of a column (an Array, or a ChunkedArray whose rows run on over its chunks)."""
     chunks = arr.chunks if hasattr(arr, "chunks") else [arr]
-    holds = _Holds(want)
+    plan = _plan(arr.type, want)
     start = 0
     for chunk in chunks:
         row = Place(None, _row_link(start))
-        yield from _leaves(chunk, row, holds)
+        yield from _leaves(chunk, row, plan)
         start += len(chunk)
 
 
