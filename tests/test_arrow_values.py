@@ -395,3 +395,62 @@ def test_jsonl_lines_in_arrow_that_are_not_utf8_are_that_lines_error(strings):
     assert out.column("error").to_pylist() == [r.error for r in expected]
     assert out.column("error")[1].as_py() is not None
     assert out.column("text").to_pylist() == [lines[0].decode(), None, lines[2].decode()]
+
+
+def _unchecked_strings(values: list[bytes]) -> pa.Array:
+    # A string array built from its buffers, which Arrow does not check: what a Parquet or IPC
+    # reader can hand over.
+    offsets = np.cumsum([0] + [len(v) for v in values]).astype(np.int32)
+    return pa.Array.from_buffers(pa.string(), len(values), [
+        None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(values))])
+
+
+BAD = [b"ok", b"b\xffd", b"fine"]
+NESTED_LAYOUTS = {
+    "list": (lambda s: pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), s), "col[1][0]"),
+    "struct": (lambda s: pa.StructArray.from_arrays([s], names=["text"]), "col[1].text"),
+    "map-item": (lambda s: pa.MapArray.from_arrays(pa.array([0, 1, 3], pa.int32()),
+                                                   pa.array(["a", "b", "c"]), s),
+                 "col[1][0].value"),
+    "map-key": (lambda s: pa.MapArray.from_arrays(pa.array([0, 1, 3], pa.int32()), s,
+                                                  pa.array([1, 2, 3])), "col[1][0].key"),
+    "dictionary": (lambda s: pa.DictionaryArray.from_arrays(pa.array([2, 1, 0]), s), "col[1]"),
+    "sparse-union": (lambda s: pa.UnionArray.from_sparse(pa.array([0, 0, 0], pa.int8()),
+                                                         [s, pa.array([1, 2, 3])]), "col[1]"),
+    "sparse-union-other-slot": (lambda s: pa.UnionArray.from_sparse(
+        pa.array([0, 1, 0], pa.int8()), [s, pa.array([1, 2, 3])]), None),
+    "dense-union": (lambda s: pa.UnionArray.from_dense(
+        pa.array([0, 1, 0], pa.int8()), pa.array([0, 0, 1], pa.int32()),
+        [s.slice(1, 2), pa.array([7])]), "col[0]"),
+    "fixed-size-list": (lambda s: pa.FixedSizeListArray.from_arrays(
+        pa.concat_arrays([s, pa.array(["x"])]), 2), "col[0][1]"),
+    "list-view": (lambda s: pa.ListViewArray.from_arrays(pa.array([0, 1], pa.int32()),
+                                                         pa.array([1, 2], pa.int32()), s),
+                  "col[1][0]"),
+    "chunked": (lambda s: pa.chunked_array([pa.array([["a"]]), pa.ListArray.from_arrays(
+        pa.array([0, 1, 3], pa.int32()), s)]), "col[2][0]"),
+    "deep": (lambda s: _nest(s, 1_000), "col[1]" + "[0]" * 1_000),
+}
+
+
+def _nest(values: pa.Array, depth: int) -> pa.Array:
+    arr = pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), values)
+    for _ in range(depth - 1):
+        arr = pa.ListArray.from_arrays(pa.array([0, 1, 2], pa.int32()), arr)
+    return arr
+
+
+@pytest.mark.parametrize("layout", sorted(NESTED_LAYOUTS))
+def test_a_string_that_is_not_utf8_is_named_in_every_nested_layout(layout):
+    from contextpolicy.batch.checks import check_utf8
+
+    make, path = NESTED_LAYOUTS[layout]
+    arr = make(_unchecked_strings(BAD))
+    if path is None:  # the bad string is a value of no slot: nothing to say
+        check_utf8(arr, "col")
+        return
+    with pytest.raises(ContextPlanError) as info:
+        check_utf8(arr, "col")
+    (issue,) = info.value.issues
+    assert (issue.path, issue.code) == (path, "invalid-utf8")
+    assert "0xff at byte" in issue.message
