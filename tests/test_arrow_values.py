@@ -405,7 +405,7 @@ def _unchecked_strings(values: list[bytes]) -> pa.Array:
         None, pa.py_buffer(offsets.tobytes()), pa.py_buffer(b"".join(values))])
 
 
-BAD = [b"ok", b"b\xffd", b"fine"]
+NOT_UTF8 = [b"ok", b"b\xffd", b"fine"]
 NESTED_LAYOUTS = {
     "list": (lambda s: pa.ListArray.from_arrays(pa.array([0, 1, 3], pa.int32()), s), "col[1][0]"),
     "struct": (lambda s: pa.StructArray.from_arrays([s], names=["text"]), "col[1].text"),
@@ -445,7 +445,7 @@ def test_a_string_that_is_not_utf8_is_named_in_every_nested_layout(layout):
     from contextpolicy.batch.checks import check_utf8
 
     make, path = NESTED_LAYOUTS[layout]
-    arr = make(_unchecked_strings(BAD))
+    arr = make(_unchecked_strings(NOT_UTF8))
     if path is None:  # the bad string is a value of no slot: nothing to say
         check_utf8(arr, "col")
         return
