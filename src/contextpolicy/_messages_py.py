@@ -399,24 +399,18 @@ class Measure:
     def pairing(self, messages: list[Any], start: int = 0) -> list[tuple[int, str, str | None]]:
         """:func:`tool_pairing` of ``messages[start:]`` with these flags from ``start`` on
         (indices relative to ``start``)."""
-        start = c_int(start, "Py_ssize_t")
-        if not isinstance(messages, list):
-            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
-        if start < 0 or start > self.messages:
-            raise ValueError(f"start {start} is outside 0..{self.messages}")
-        flags = self._arrays[2]
-        if len(flags) > list.__len__(messages):
-            raise ValueError(
-                f"flags and messages differ in length ({len(flags)} != "
-                f"{list.__len__(messages)})"
-            )
-        return tool_pairing(list.__getitem__(messages, slice(start, None)), flags[start:])
+        return tool_pairing(*self._from(messages, start))
 
     def unknown_roles(self, messages: list[Any], start: int = 0,
                       fragment_id: str | None = None) -> list[tuple[int, str, int]]:
         """Each role of ``messages[start:]`` the accounting does not know: ``(first index,
         role, messages)`` in the order of first appearance (indices relative to ``start``);
         ``fragment_id`` names the list in the error a message changed since measured raises."""
+        return _unknown_roles(*self._from(messages, start), fragment_id)
+
+    def _from(self, messages: list[Any], start: Any) -> tuple[list[Any], Any]:
+        """``messages[start:]`` and these flags from ``start`` on, checked to belong together
+        (as the compiled kernel checks them)."""
         start = c_int(start, "Py_ssize_t")
         if not isinstance(messages, list):
             raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
@@ -428,8 +422,7 @@ class Measure:
                 f"flags and messages differ in length ({len(flags)} != "
                 f"{list.__len__(messages)})"
             )
-        return _unknown_roles(list.__getitem__(messages, slice(start, None)), flags[start:],
-                              fragment_id)
+        return list.__getitem__(messages, slice(start, None)), flags[start:]
 
     def cut(
         self, messages: list[Any], grouping: int, keep_groups: int, target_chars: int | None
