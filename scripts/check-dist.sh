@@ -169,7 +169,7 @@ test_command="$(cibw test-command " && ")"
 # The suite of the sdist without its source: tests import the installed package or nothing.
 suite="$work/suite"
 mkdir "$suite"
-(cd "$project" && cp -r tests benchmarks conftest.py pyproject.toml README.md docs mkdocs.yml "$suite/")
+(cd "$project" && cp -r tests benchmarks conftest.py pyproject.toml README.md LICENSE docs mkdocs.yml "$suite/")
 
 # venv NAME ARTIFACT [ENV...]: a fresh environment with what the wheel tests need (installed by
 # uv, which is quick) and ARTIFACT (installed by pip, verbosely, so that a build says what it did).
