@@ -29,6 +29,7 @@ def _built_tables():
         "keys": [cp_key_names[i].decode() for i in range(CP_KEY_COUNT - 1)],
         "max_nesting": CP_MAX_NESTING,
         "missed": [cp_missed_names[i].decode() for i in range(CP_MISSED_COUNT)],
+        "line_figures": [cp_figure_names[i].decode() for i in range(CP_FIGURE_COUNT)],
         "max_json_depth": CP_MAX_JSON_DEPTH,
         "json_whitespace": bytes([cp_json_whitespace[i] for i in range(CP_JSON_WHITESPACE_COUNT)]),
     }

@@ -154,13 +154,13 @@ def fused_result(result_type, make, plan, prepared, fragments, tuple steps,
     result = (<PyTypeObject*>result_type).tp_new(<type>result_type, <PyObject*>_NO_ARGS, NULL)
     lazy = (make, plan, prepared, raw)
     if type(result) is result_type and _slots_known(result_type):
-        _put_slot(result, 0, (<tuple>raw)[6])
+        _put_slot(result, 0, (<tuple>raw)[_RECORD_INPUT])
         _put_slot(result, 1, lazy)
         _put_slot(result, 2, None)
         _put_slot(result, 3, None)
         _put_slot(result, 4, None)
     else:
-        result._input = (<tuple>raw)[6]
+        result._input = (<tuple>raw)[_RECORD_INPUT]
         result._make = lazy
         result._plan = result._records = result._report = None
     return result
@@ -264,8 +264,8 @@ cdef int64_t _text_length(list ids, list texts, Py_ssize_t i) except -1:
     return PyUnicode_GET_LENGTH(text)
 
 
-cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
-                  int64_t watermark_chars):
+cdef object _plain(list ids, list lists, list texts, int64_t trigger_chars,
+                   int64_t watermark_chars):
     # _reduce without steps (validate): nothing changes, so the figures before are the figures
     # after (one list, one set of totals) and no Measure is made; a fragment with tool traffic
     # or an unknown role keeps its flags (as bytes) for the warnings, the others nothing.
@@ -282,7 +282,7 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
         held = lists[i]
         if held is None:
             length = _text_length(ids, texts, i)
-            before.append((length, 1, 0))
+            before.append(_figures(length, 1, 0))
             chars += length
             messages += 1
             continue
@@ -309,7 +309,7 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
                     free(flags)
         elif PyList_GET_SIZE(held) != 0:
             raise _changed(fid)
-        before.append((acc.chars, count, acc.opaque))
+        before.append(_figures(acc.chars, count, acc.opaque))
         chars += acc.chars
         messages += count
         opaque += acc.opaque
@@ -325,24 +325,23 @@ cdef tuple _plain(list ids, list lists, list texts, int64_t trigger_chars,
                 for index, role, count in _unknown_roles(
                         held, <const uint8_t*>PyBytes_AS_STRING(kept_flags), 0,
                         PyBytes_GET_SIZE(kept_flags), ids[i]):
-                    warnings.append((i, index, "unknown-role", (role, count)))
+                    warnings.append(_warning(i, index, "unknown-role", (role, count)))
                 for index, code, cid in _pairing(
                         held, <const uint8_t*>PyBytes_AS_STRING(kept_flags), 0,
                         PyBytes_GET_SIZE(kept_flags)):
-                    pairing.append((i, index, code, cid))
+                    pairing.append(_warning(i, index, code, cid))
         assembled.extend(held if PyList_CheckExact(held) else list.copy(held))
     # Unknown roles first, then the pairing warnings (as _reduce gives them).
     warnings += pairing
     fired = trigger_chars >= 0 and chars > trigger_chars
-    # One object per figure: the totals after are the totals before.
-    cdef object b_chars = chars, b_messages = messages, b_opaque = opaque
-    return (fired, before, before, [None] * n, [], warnings, assembled, ids,
-            (b_chars, b_messages, b_opaque, b_chars, b_messages, b_opaque, 0, 0,
-             not (watermark_chars >= 0 and chars > watermark_chars)))
+    # (one object per figure: the totals after are the totals before)
+    return _record(fired, before, before, [None] * n, [], warnings, assembled, ids, chars,
+                   messages, opaque, chars, messages, opaque, 0, 0,
+                   not (watermark_chars >= 0 and chars > watermark_chars))
 
 
-cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigger_chars,
-                   int64_t watermark_chars):
+cdef object _reduce(list ids, list lists, list texts, tuple steps, int64_t trigger_chars,
+                    int64_t watermark_chars):
     if steps is not None and PyTuple_GET_SIZE(steps) == 0:
         return _plain(ids, lists, texts, trigger_chars, watermark_chars)
     cdef Py_ssize_t i, n = len(ids)
@@ -350,6 +349,9 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
     cdef list before = [], after, kept, done = [], warnings = [], pairing = [], assembled = []
     cdef Measure m, tail
     cdef int64_t chars = 0, target, keep_groups, length
+    # The plan's totals before; the chars of its text fragments (which no step changes); what
+    # the applied trims removed.
+    cdef int64_t b_messages = 0, b_opaque = 0, text_chars = 0, removed = 0, groups_removed = 0
     cdef int grouping
     cdef bint fired
     cdef Py_ssize_t first = 0, cut = 0, ngroups = 0
@@ -359,13 +361,18 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
         if messages is None:
             length = _text_length(ids, texts, i)
             measures.append(None)
-            before.append((length, 1, 0))
+            before.append(_figures(length, 1, 0))
             chars += length
+            text_chars += length
+            b_messages += 1
         else:
             m = _measure(messages, ids[i])
             measures.append(m)
-            before.append((m.chars, m.messages, m.opaque_parts))
+            before.append(_figures(m.chars, m.messages, m.opaque_parts))
             chars += m.chars
+            b_messages += m.messages
+            b_opaque += m.opaque_parts
+    cdef int64_t b_chars = chars
     fired = trigger_chars >= 0 and chars > trigger_chars
     kept = [None] * n
     for step in steps:
@@ -375,13 +382,12 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
         if target < 0:
             raise ValueError("target_chars must be >= 0")
         if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
-            done.append(("skipped", "not-triggered" if not fired else "target-reached",
-                         None, None, None, None, 0))
+            done.append(_skipped("not-triggered" if not fired else "target-reached"))
             continue
         if fid not in ids:
             if fid != "history":
                 raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
-            done.append(("skipped", "fragment-absent", None, None, None, None, 0))
+            done.append(_skipped("fragment-absent"))
             continue
         i = ids.index(fid)
         messages = lists[i]
@@ -389,12 +395,12 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
             raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
         m = <Measure>measures[i]
         if m.messages == 0:
-            done.append(("skipped", "fragment-empty", None, None, None, None, 0))
+            done.append(_skipped("fragment-empty"))
             continue
         m._cut_into(messages, grouping, keep_groups, target, &first, &cut, &ngroups)
         if cut == 0:
-            done.append(("unchanged", "within-target" if m.chars <= target
-                         else "keep-groups-floor", m.chars, m.chars, ngroups, ngroups, 0))
+            done.append(_step("unchanged", "within-target" if m.chars <= target
+                              else "keep-groups-floor", m.chars, m.chars, ngroups, ngroups, 0))
             continue
         tail = m._tail(cut)
         messages = messages[cut:] if PyList_CheckExact(messages) else list.__getitem__(
@@ -402,21 +408,17 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
         lists[i] = messages
         kept[i] = messages
         measures[i] = tail
-        done.append(("applied", "trimmed" if tail.chars <= target else "keep-groups-floor",
-                     m.chars, tail.chars, ngroups, ngroups - first, cut))
+        done.append(_step("applied", "trimmed" if tail.chars <= target else "keep-groups-floor",
+                          m.chars, tail.chars, ngroups, ngroups - first, cut))
         chars += tail.chars - m.chars
+        removed += cut
+        groups_removed += first
     after = before if not steps else []
-    cdef int64_t b_chars = 0, b_messages = 0, b_opaque = 0
-    cdef int64_t a_chars = 0, a_messages = 0, a_opaque = 0
+    cdef int64_t a_chars = text_chars, a_messages = 0, a_opaque = 0
     for i in range(n):
-        figures = before[i]
-        b_chars += <int64_t>figures[0]
-        b_messages += <int64_t>figures[1]
-        b_opaque += <int64_t>figures[2]
         if measures[i] is None:
             if steps:
-                after.append(figures)
-            a_chars += <int64_t>figures[0]
+                after.append(before[i])
             a_messages += 1
             role, text = texts[i]
             assembled.append({"role": role, "content": text})
@@ -426,22 +428,17 @@ cdef tuple _reduce(list ids, list lists, list texts, tuple steps, int64_t trigge
         a_messages += m.messages
         a_opaque += m.opaque_parts
         if steps:
-            after.append((m.chars, m.messages, m.opaque_parts))
+            after.append(_figures(m.chars, m.messages, m.opaque_parts))
         messages = lists[i]
         if m.unknown_role:
             for index, role, count in _unknown_roles(messages, m._flags, 0, m.messages, ids[i]):
-                warnings.append((i, index, "unknown-role", (role, count)))
+                warnings.append(_warning(i, index, "unknown-role", (role, count)))
         if m.tool_traffic:
             for index, code, cid in _pairing(messages, m._flags, 0, m.messages):
-                pairing.append((i, index, code, cid))
+                pairing.append(_warning(i, index, code, cid))
         assembled.extend(messages if PyList_CheckExact(messages) else list.copy(messages))
     # Unknown roles first, then the pairing warnings.
     warnings += pairing
-    cdef int64_t removed = 0, groups_removed = 0
-    for step in done:
-        if step[0] == "applied":
-            removed += <int64_t>step[6]
-            groups_removed += <int64_t>step[4] - <int64_t>step[5]
-    return (fired, before, after, kept, done, warnings, assembled, ids,
-            (b_chars, b_messages, b_opaque, a_chars, a_messages, a_opaque, removed,
-             groups_removed, not (watermark_chars >= 0 and a_chars > watermark_chars)))
+    return _record(fired, before, after, kept, done, warnings, assembled, ids, b_chars,
+                   b_messages, b_opaque, a_chars, a_messages, a_opaque, removed, groups_removed,
+                   not (watermark_chars >= 0 and a_chars > watermark_chars))

@@ -28,10 +28,8 @@ import orjson as _orjson
 
 cdef object _loads = _orjson.loads
 
-# _reduce_core's row: ..., reduced (11), one flag per missed reason, the unknown-role warnings
-cdef Py_ssize_t _ROW_UNKNOWN = 12 + CP_MISSED_COUNT  # the unknown-role warnings' slot
-assert SCAN_FIGURES == 13 + CP_MISSED_COUNT
-assert SCAN_UNKNOWN_ROLES == _ROW_UNKNOWN
+# _reduce_core's row: the figures of a line, at CP_FIGURE_* (contextpolicy._tables.LINE_FIGURES)
+assert SCAN_FIGURES == CP_FIGURE_COUNT and SCAN_UNKNOWN_ROLES == CP_FIGURE_UNKNOWN_ROLES
 cdef int _SCAN_DEPTH = SCAN_DEPTH
 cdef int _SCAN_NUMBER = SCAN_NUMBER
 

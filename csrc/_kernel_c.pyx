@@ -109,6 +109,11 @@ cdef extern from "_tables.h":
     int CP_KEY_THINKING, CP_KEY_ENCRYPTED_CONTENT, CP_MAX_NESTING, CP_MAX_JSON_DEPTH
     int CP_MISSED_NONE, CP_MISSED_PROTECTED_OVER_TARGET, CP_MISSED_STEP_FAILED
     int CP_MISSED_KEEP_GROUPS_FLOOR, CP_MISSED_NO_STEP_COULD_ACT, CP_MISSED_COUNT
+    enum: CP_FIGURE_HANDLED, CP_FIGURE_TRIGGERED, CP_FIGURE_REACHED, CP_FIGURE_CHARS_BEFORE
+    enum: CP_FIGURE_CHARS_AFTER, CP_FIGURE_MESSAGES_BEFORE, CP_FIGURE_MESSAGES_AFTER
+    enum: CP_FIGURE_MESSAGES_REMOVED, CP_FIGURE_GROUPS_REMOVED, CP_FIGURE_ORPHAN_RESULTS
+    enum: CP_FIGURE_UNANSWERED_CALLS, CP_FIGURE_REDUCED, CP_FIGURE_MISSED
+    enum: CP_FIGURE_UNKNOWN_ROLES, CP_FIGURE_COUNT
     bint CP_JSON_WHITESPACE(int c) nogil
     int CP_JSON_WHITESPACE_COUNT
     const unsigned char cp_json_whitespace[]
@@ -128,6 +133,7 @@ cdef extern from "_tables.h":
     const int cp_group_codes[]
     const char* const cp_key_names[]
     const char* const cp_missed_names[]
+    const char* const cp_figure_names[]
 
 cdef extern from *:
     """
@@ -230,6 +236,7 @@ IMPLEMENTATION = "cython"
 include "_common.pxi"
 include "_json.pxi"
 include "_messages.pxi"
+include "_records.pxi"
 include "_fused.pxi"
 include "_pairing.pxi"
 include "_columns.pxi"

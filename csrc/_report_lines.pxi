@@ -270,7 +270,7 @@ cdef bint _put_entry(const _Template* t, _Buf* b, _LineReducer r, _LineScan sc,
                      const int64_t* steps_rec, const int64_t* cuts) except -1 nogil:
     # The report entry of a line _reduce_core took, as the twin's _entry writes it from its
     # records; False (nothing written) where the twin gives none.
-    if r.s.nwarn or row[_ROW_UNKNOWN]:
+    if r.s.nwarn or row[CP_FIGURE_UNKNOWN_ROLES]:
         return False
     cdef const char* text = b"null"
     cdef Py_ssize_t size = 4, i
@@ -289,12 +289,12 @@ cdef bint _put_entry(const _Template* t, _Buf* b, _LineReducer r, _LineScan sc,
     cdef int64_t v[_SLOTS]
     memset(v, 0, sizeof(v))
     v[1] = cuts[_FIRED]
-    v[2] = row[3]
-    v[3] = row[5]
+    v[2] = row[CP_FIGURE_CHARS_BEFORE]
+    v[3] = row[CP_FIGURE_MESSAGES_BEFORE]
     v[4] = present[0] + present[1] + present[2]
     v[5] = _sum(sc.opaque, 0, m)
-    v[6] = row[4]
-    v[7] = row[6]
+    v[6] = row[CP_FIGURE_CHARS_AFTER]
+    v[7] = row[CP_FIGURE_MESSAGES_AFTER]
     v[8] = _sum(sc.opaque, 0, head) + _sum(sc.opaque, h0, m)
     v[9] = cuts[_REACHED]
     v[_SLOT_MISSED] = cuts[_MISSED]
@@ -475,21 +475,21 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     if fired and not reached:
         missed = _missed_code((total - hist if nsteps else total) > watermark_chars, False,
                               floor)
-    row[0] = 1
-    row[1] = fired
-    row[2] = reached
-    row[3] = b_chars
-    row[4] = total
-    row[5] = m
-    row[6] = m - messages_removed
-    row[7] = messages_removed
-    row[8] = groups_removed
-    row[9] = orphans
-    row[10] = unanswered
-    row[11] = total < b_chars or messages_removed > 0
+    row[CP_FIGURE_HANDLED] = 1
+    row[CP_FIGURE_TRIGGERED] = fired
+    row[CP_FIGURE_REACHED] = reached
+    row[CP_FIGURE_CHARS_BEFORE] = b_chars
+    row[CP_FIGURE_CHARS_AFTER] = total
+    row[CP_FIGURE_MESSAGES_BEFORE] = m
+    row[CP_FIGURE_MESSAGES_AFTER] = m - messages_removed
+    row[CP_FIGURE_MESSAGES_REMOVED] = messages_removed
+    row[CP_FIGURE_GROUPS_REMOVED] = groups_removed
+    row[CP_FIGURE_ORPHAN_RESULTS] = orphans
+    row[CP_FIGURE_UNANSWERED_CALLS] = unanswered
+    row[CP_FIGURE_REDUCED] = total < b_chars or messages_removed > 0
     for k in range(CP_MISSED_COUNT):
-        row[12 + k] = missed == k + 1
-    row[_ROW_UNKNOWN] = unknown
+        row[CP_FIGURE_MISSED + k] = missed == k + 1
+    row[CP_FIGURE_UNKNOWN_ROLES] = unknown
     cut_out[_HEAD] = head
     cut_out[_TAIL] = tail
     cut_out[_KEPT] = h0
@@ -520,7 +520,7 @@ cdef list _unknown_records(_LineScan sc, const uint8_t* p, Py_ssize_t lo, Py_ssi
             found[key] = [i - lo, 1]
         else:
             entry[1] += 1
-    return [(fragment, entry[0], "unknown-role", ((<bytes>key).decode("utf-8"), entry[1]))
+    return [_warning(fragment, entry[0], "unknown-role", ((<bytes>key).decode("utf-8"), entry[1]))
             for key, entry in found.items()]
 
 
@@ -537,35 +537,40 @@ cdef tuple _records(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t n
     cdef list ids = [], before = [], after = [], kept = [], warnings = [], done = []
     cdef list index_of = [None, None, None]
     cdef Py_ssize_t f, a_lo, a_hi, kept_lo, i, k
+    cdef int64_t a_opaque = 0
     cdef const int64_t* rec
     for k in range(nsteps):
         rec = steps_rec + 7 * k
         if rec[0] == _STEP_SKIPPED:
-            done.append(("skipped", _REASONS[rec[1]], None, None, None, None, 0))
+            done.append(_skipped(_REASONS[rec[1]]))
         else:
-            done.append((_STATUSES[rec[0]], _REASONS[rec[1]], rec[2], rec[3], rec[4], rec[5],
-                         rec[6]))
+            done.append(_step(_STATUSES[rec[0]], _REASONS[rec[1]], rec[2], rec[3], rec[4], rec[5],
+                              rec[6]))
     for f in range(3):
         if not present[f]:
             continue
         index_of[f] = len(ids)
         ids.append(("system", "history", "question")[f])
         a_lo, a_hi = bounds[f], bounds[f + 1]
-        before.append((_sum(sc.chars, a_lo, a_hi), a_hi - a_lo, _sum(sc.opaque, a_lo, a_hi)))
+        before.append(_figures(_sum(sc.chars, a_lo, a_hi), a_hi - a_lo,
+                               _sum(sc.opaque, a_lo, a_hi)))
         kept_lo = h0 if f == 1 else a_lo
-        after.append((_sum(sc.chars, kept_lo, a_hi), a_hi - kept_lo,
-                      _sum(sc.opaque, kept_lo, a_hi)))
+        a_opaque += _sum(sc.opaque, kept_lo, a_hi)
+        after.append(_figures(_sum(sc.chars, kept_lo, a_hi), a_hi - kept_lo,
+                              _sum(sc.opaque, kept_lo, a_hi)))
         kept.append(True if f == 1 and h0 != head else None)
-        if row[_ROW_UNKNOWN]:
+        if row[CP_FIGURE_UNKNOWN_ROLES]:
             warnings += _unknown_records(sc, p, kept_lo, a_hi, index_of[f])
     cdef _Rows* s = &r.s
     for i in range(s.nwarn):
-        warnings.append((index_of[s.w_frag[i]], s.w_index[i],
-                         "orphan-tool-result" if s.w_code[i] == 0 else "unanswered-tool-call",
-                         _id_text(p, r, s.w_id[i])))
-    a_opaque = sum(a[2] for a in after)
-    totals = (row[3], row[5], _sum(sc.opaque, 0, m), row[4], row[6], a_opaque, row[7], row[8],
-              bool(cuts[_REACHED]))
+        warnings.append(_warning(
+            index_of[s.w_frag[i]], s.w_index[i],
+            "orphan-tool-result" if s.w_code[i] == 0 else "unanswered-tool-call",
+            _id_text(p, r, s.w_id[i])))
     id_span = None if sc.id_start < 0 else (sc.id_start, sc.id_end)
-    return ((bool(cuts[_FIRED]), before, after if nsteps else before, kept, done, warnings,
-             None, ids, totals), id_span)
+    return (_record(bool(cuts[_FIRED]), before, after if nsteps else before, kept, done,
+                    warnings, None, ids, row[CP_FIGURE_CHARS_BEFORE],
+                    row[CP_FIGURE_MESSAGES_BEFORE], _sum(sc.opaque, 0, m),
+                    row[CP_FIGURE_CHARS_AFTER], row[CP_FIGURE_MESSAGES_AFTER], a_opaque,
+                    row[CP_FIGURE_MESSAGES_REMOVED], row[CP_FIGURE_GROUPS_REMOVED],
+                    cuts[_REACHED] != 0), id_span)

@@ -156,8 +156,10 @@ def _run(kernel: Any, history: list[Any], seed: int) -> Any:
         head, tail = k.split_transcript(msgs)
         raw = k.reduce_transcript(hostile(history, seed), (("history", 0, 1, 300),
                                                            ("history", 1, 0, 100)), 200, 50)
-        # Figures only: the assembled messages are hostile objects, compared by their count.
-        return [head, tail, raw[0], raw[1], raw[2], raw[4], raw[5], raw[7], raw[8], len(raw[6])]
+        # Figures only: the kept and assembled messages are hostile objects (each call's own),
+        # compared by their count.
+        return [head, tail, raw._replace(input=len(raw.input),
+                                         kept=[k if k is None else len(k) for k in raw.kept])]
 
     return [outcome(fn, kernel) for fn in (measure, measured, reduced)]
 

@@ -382,7 +382,7 @@ def _lying_fragment_list(kernel: Any) -> Any:
     fragments = _LyingFragments([Fragment(id="history", kind="history", messages=[
         {"role": "user", "content": "abc"}])])
     raw = kernel.reduce_plan(fragments, (), -1, -1, Fragment)
-    return None if raw is None else raw[8]
+    return None if raw is None else raw[raw._fields.index("chars_before"):]
 
 
 class _SelfEmptyingFragment:
@@ -416,7 +416,7 @@ def _plan_emptied_while_read(step_on: str, emptied_by: int) -> Callable[[Any], A
         holder += [_SelfEmptyingFragment(holder, "history", "history", emptied_by == 0),
                    _SelfEmptyingFragment(holder, "system", "system", emptied_by == 1)]
         raw = kernel.reduce_plan(holder, ((step_on, 0, 0, 0),), 0, 0, None, PROTECTED_KINDS)
-        return None if raw is None else raw[8]
+        return None if raw is None else raw[raw._fields.index("chars_before"):]
 
     return run
 

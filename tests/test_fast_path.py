@@ -330,20 +330,23 @@ def test_validate_records_share_what_nothing_changes():
         for watermark in (-1, 0, 10**6):
             raw = kernel.reduce_plan(plan.fragments, (), -1, watermark, Fragment,
                                      PROTECTED_KINDS)
-            fired, before, after, kept, done, found, assembled, ids, totals = raw
+            t, ids = raw, raw.ids
             # Nothing changes: the figures after are the figures before, the very objects.
-            assert after is before and totals[3:6] == totals[:3]
-            assert all(a is b for a, b in zip(totals[3:6], totals[:3], strict=True))
-            assert kept == [None] * len(ids) and done == [] and totals[6:8] == (0, 0)
-            assert totals[8] is (watermark < 0 or totals[3] <= watermark) and fired is False
-            assert ids == [f.id for f in plan.fragments]
-            assert totals[:3] == tuple(sum(b[k] for b in before) for k in range(3))
+            assert raw.after is raw.before
+            for name in ("chars", "messages", "opaque"):
+                assert getattr(t, f"{name}_after") is getattr(t, f"{name}_before")
+            assert raw.kept == [None] * len(ids) and raw.steps == []
+            assert t.messages_removed == t.groups_removed == 0
+            assert t.watermark_met is (watermark < 0 or t.chars_after <= watermark)
+            assert raw.triggered is False and ids == [f.id for f in plan.fragments]
+            assert (t.chars_before, t.messages_before, t.opaque_before) == tuple(
+                sum(b[k] for b in raw.before) for k in range(3))
             # As the step-by-step run measures it.
             report = step_by_step(plan, VALIDATE).report
-            assert [(b[0], b[1]) for b in before] == [
+            assert [(b.chars, b.messages) for b in raw.before] == [
                 (f.chars_before, f.messages_before) for f in report.fragments]
-            assert len(found) == len(report.warnings)
-            assert len(assembled) == report.after.messages
+            assert len(raw.warnings) == len(report.warnings)
+            assert len(raw.input) == report.after.messages
 
 
 def test_the_kernel_makes_the_result_and_its_records_wait():
@@ -367,7 +370,7 @@ def test_the_kernel_makes_the_result_and_its_records_wait():
         result = kernel.fused_result(cls, make, plan, prepared, plan.fragments, (), -1, -1,
                                      Fragment, PROTECTED_KINDS)
         assert type(result) is cls
-        assert result._input == raw[6] and result._make[:3] == (make, plan, prepared)
+        assert result._input == raw.input and result._make[:3] == (make, plan, prepared)
         assert result._make[3] == raw
         assert result._plan is None and result._records is None and result._report is None
     # Read, the records are made once, by make.
@@ -457,5 +460,5 @@ def test_fragment_fields_are_read_as_their_class_keeps_them():
             Fragment(id="h", kind="history", messages=messages),
             Fragment(id="n", kind="note", text="note")]
         raw = kernel.reduce_plan(fragments, (), -1, -1, fragment_type)
-        assert raw[7] == ["h", "n"] and raw[1] == [(3, 1, 0), (4, 1, 0)]
-        assert raw[6] == [*messages, {"role": "user", "content": "note"}]
+        assert raw.ids == ["h", "n"] and raw.before == [(3, 1, 0), (4, 1, 0)]
+        assert raw.input == [*messages, {"role": "user", "content": "note"}]

@@ -17,7 +17,7 @@ PACKAGE = Path(contextpolicy.__file__).resolve().parent
 # ``_<concern>_py``), and what both kernels share.
 KERNEL_MODULES = {"contextpolicy._kernel", "contextpolicy._kernel_py", "contextpolicy._kernel_c",
                   "contextpolicy._tables", "contextpolicy._kernel_names",
-                  "contextpolicy._c_args"}
+                  "contextpolicy._c_args", "contextpolicy._records"}
 
 
 def in_kernel(name: str) -> bool:

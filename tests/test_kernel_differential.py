@@ -292,22 +292,26 @@ def test_one_call_reductions_agree(differential, history, trims, trigger, waterm
                            Fragment, PROTECTED_KINDS)
     assert checked == raw
     if not any(f.id == "history" for f in plan.fragments):
-        assert all(d[:2] in (("skipped", "fragment-absent"), ("skipped", "not-triggered"),
-                             ("skipped", "target-reached")) for d in raw[4])
+        assert all((d.status, d.reason) in (
+            ("skipped", "fragment-absent"), ("skipped", "not-triggered"),
+            ("skipped", "target-reached")) for d in raw.steps)
     # A step on a protected fragment, or one the plan lacks (but the history), is declined.
     for fid in ("system", "question", "nowhere"):
         assert differential("reduce_plan", plan.fragments, (*steps, (fid, 0, 0, 0)), trigger,
                             watermark, Fragment, PROTECTED_KINDS) is None
-    fired, before, after, kept, done, _warnings, assembled, ids, totals = raw
-    assert totals[:6] == tuple(sum(f[k] for f in before) for k in range(3)) + tuple(
-        sum(f[k] for f in after) for k in range(3))
-    applied = [d for d in done if d[0] == "applied"]
-    assert totals[6:] == (sum(d[6] for d in applied), sum(d[4] - d[5] for d in applied),
-                          watermark < 0 or totals[3] <= watermark)
-    assert len(done) == len(steps)
+    assert (raw.chars_before, raw.messages_before, raw.opaque_before) == tuple(
+        sum(f[k] for f in raw.before) for k in range(3))
+    assert (raw.chars_after, raw.messages_after, raw.opaque_after) == tuple(
+        sum(f[k] for f in raw.after) for k in range(3))
+    applied = [d for d in raw.steps if d.status == "applied"]
+    assert raw.messages_removed == sum(d.messages_removed for d in applied)
+    assert raw.groups_removed == sum(d.groups_before - d.groups_after for d in applied)
+    assert raw.watermark_met == (watermark < 0 or raw.chars_after <= watermark)
+    assert len(raw.steps) == len(steps)
     # The assembled input is the fragments as they ended, and its measure is the figures.
-    roles, chars, flags, opaque = differential("measure_messages", assembled)
-    assert (int(chars.sum()), len(chars), int(opaque.sum())) == totals[3:6]
+    roles, chars, flags, opaque = differential("measure_messages", raw.input)
+    assert (int(chars.sum()), len(chars), int(opaque.sum())) == (
+        raw.chars_after, raw.messages_after, raw.opaque_after)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -792,8 +796,8 @@ def test_reduce_rows_of_responses_items_is_reduce_transcript(
     raw = differential("reduce_transcript", messages, steps, trigger, watermark)
     reason = expected_missed(raw, steps, watermark)
     assert int(missed[0]) == (0 if reason is None else MISSED_REASONS.index(reason) + 1)
-    ids = raw[7]
-    history = raw[3][ids.index("history")] if "history" in ids else None
+    ids = raw.ids
+    history = raw.kept[ids.index("history")] if "history" in ids else None
     kept = messages[int(cut[0]):int(tail[0])]
     if history is None:
         assert int(cut[0]) == int(head[0])
@@ -801,12 +805,12 @@ def test_reduce_rows_of_responses_items_is_reduce_transcript(
         assert [id(m) for m in history] == [id(m) for m in kept]
     assert (int(head[0]), int(tail[0])) == differential("split_transcript", messages)
     assert [int(before[0]), int(after[0]), int(groups[0]), bool(fired[0])] == [
-        raw[8][0], raw[8][3], raw[8][7], raw[0]]
+        raw.chars_before, raw.chars_after, raw.groups_removed, raw.triggered]
     names = {code: cid for cid, code in codes.items()}
     frag = {"system": 0, "history": 1, "question": 2}
     # (reduce_rows gives the pairing warnings; reduce_table adds the unknown roles)
     assert [(frag[ids[f]], index, 0 if code == "orphan-tool-result" else 1, cid)
-            for f, index, code, cid in raw[5] if code != "unknown-role"] == [
+            for f, index, code, cid in raw.warnings if code != "unknown-role"] == [
         (int(f), int(index), int(code), None if cid < 0 else names[int(cid)])
         for f, index, code, cid in zip(*warn[1:])]
 

@@ -31,7 +31,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from contextpolicy import _kernel, _kernel_py
-from contextpolicy._tables import MISSED_REASONS, TEXT_PART_TYPES
+from contextpolicy._records import FragmentFigures, FusedRecord
+from contextpolicy._tables import LINE_FIGURE, MISSED_REASONS, TEXT_PART_TYPES
 from contextpolicy.jsonl import digits, runner
 from contextpolicy.jsonl.diagnose import json_problem
 from contextpolicy.jsonl.files import InputFile
@@ -84,6 +85,11 @@ POLICIES = [
 # the object path, and checks of one call against it
 
 
+# Where a line's figures are (LINE_FIGURES).
+HANDLED, CHARS = LINE_FIGURE["handled"], LINE_FIGURE["chars_before"]
+ORPHANS, UNANSWERED = LINE_FIGURE["orphan_results"], LINE_FIGURE["unanswered_calls"]
+
+
 def strict_equal(a: Any, b: Any) -> bool:
     """Equal, and of the same types all the way down (a list is not a tuple, True is not 1)."""
     if isinstance(a, (tuple, list)) or isinstance(b, (tuple, list)):
@@ -92,37 +98,38 @@ def strict_equal(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def expected_records(messages: list[Any], steps: Any, trig: int, wm: int) -> tuple[Any, ...]:
+def expected_records(messages: list[Any], steps: Any, trig: int, wm: int) -> FusedRecord:
     """What ``raws[i][0]`` must be: the object path's records, kept lists as ``True``/``None``
     and no assembled input."""
     records = _kernel_py.reduce_transcript(messages, steps, trig, wm)
-    fired, before, after, kept, done, warnings, _, ids, totals = records
-    return (fired, before, after, [None if k is None else True for k in kept], done, warnings,
-            None, ids, totals)
+    return records._replace(kept=[None if k is None else True for k in records.kept],
+                            input=None)
 
 
-def expected_missed(records: tuple[Any, ...], steps: Any, wm: int) -> str | None:
+def expected_missed(records: FusedRecord, steps: Any, wm: int) -> str | None:
     """A report's missedReason from a reduce's records: only when it triggered and missed its
     target; the fragments no trim names over the target, else a trim held by its keepGroups
     floor, else nothing a trim could do."""
-    fired, _, after, _, done, _, _, ids, totals = records
-    if not fired or totals[8]:
+    if not records.triggered or records.watermark_met:
         return None
     named = {step[0] for step in steps}
-    if wm >= 0 and sum(a[0] for fid, a in zip(ids, after) if fid not in named) > wm:
+    if wm >= 0 and sum(a.chars for fid, a in zip(records.ids, records.after)
+                       if fid not in named) > wm:
         return "protected-over-target"
-    if any(d[1] == "keep-groups-floor" for d in done):
+    if any(d.reason == "keep-groups-floor" for d in records.steps):
         return "keep-groups-floor"
     return "no-step-could-act"
 
 
-def expected_figures(records: tuple[Any, ...], steps: Any, wm: int) -> list[int]:
-    fired, _, _, _, _, warnings, _, _, totals = records
-    codes = [w[2] for w in warnings]
+def expected_figures(records: FusedRecord, steps: Any, wm: int) -> list[int]:
+    """A line's figures, in the order of LINE_FIGURES, written out here one by one."""
+    t = records
+    codes = [w.code for w in records.warnings]
     missed = expected_missed(records, steps, wm)
-    return [1, int(fired), int(totals[8]), totals[0], totals[3], totals[1], totals[4], totals[6],
-            totals[7], codes.count("orphan-tool-result"), codes.count("unanswered-tool-call"),
-            int(totals[3] < totals[0] or totals[4] < totals[1]),
+    return [1, int(records.triggered), int(t.watermark_met), t.chars_before, t.chars_after,
+            t.messages_before, t.messages_after, t.messages_removed, t.groups_removed,
+            codes.count("orphan-tool-result"), codes.count("unanswered-tool-call"),
+            int(t.chars_after < t.chars_before or t.messages_after < t.messages_before),
             *(int(missed == reason) for reason in MISSED_REASONS),
             codes.count("unknown-role")]
 
@@ -193,8 +200,8 @@ def check_handled(line: bytes, piece: bytes, row: list[int], raw: Any, start: in
     assert piece[-1:] == b"\n"
     body = piece[:-1]
     head, tail = _kernel_py.split_transcript(messages)
-    ids, after = records[7], records[2]
-    n_after = after[ids.index("history")][1] if "history" in ids else tail - head
+    ids, after = records.ids, records.after
+    n_after = after[ids.index("history")].messages if "history" in ids else tail - head
     exact = exact_loads(line)
     jm = exact["messages"]
     exact["messages"] = jm[:head] + jm[tail - n_after:tail] + jm[tail:]
@@ -203,7 +210,7 @@ def check_handled(line: bytes, piece: bytes, row: list[int], raw: Any, start: in
     if n_after == tail - head:  # nothing removed: the line as it is
         assert body == stripped
         return
-    assert row[7] == tail - head - n_after
+    assert row[LINE_FIGURE["messages_removed"]] == tail - head - n_after
     # the kept messages byte for byte, and everything around the array as it was
     text, out_text = stripped.decode(), body.decode()
     (lo, hi), spans = message_spans(text)
@@ -1459,7 +1466,7 @@ def test_escapes_count_one_char_each(differential):
     for text_, chars in cases.items():
         line = ('{"messages":[' + user(text_) + "]}").encode()
         _, row, _ = one(differential, line)
-        assert row[0] == 1 and row[3] == chars, (text_, row)
+        assert row[HANDLED] == 1 and row[CHARS] == chars, (text_, row)
 
 
 def test_a_tool_use_input_counts_its_compact_json(differential):
@@ -1469,12 +1476,12 @@ def test_a_tool_use_input_counts_its_compact_json(differential):
         line = ('{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t",'
                 '"name":"lookup","input":' + inp + '}]}]}').encode()
         _, row, raw = one(differential, line)
-        assert row[0] == 1 and row[3] == 6 + length, (inp, row)
-        assert row[10] == 1  # the call t is unanswered
+        assert row[HANDLED] == 1 and row[CHARS] == 6 + length, (inp, row)
+        assert row[UNANSWERED] == 1  # the call t is unanswered
     # without a name or an input, nothing but the call
     line = b'{"messages":[{"role":"assistant","content":[{"type":"tool_use","id":"t"}]}]}'
     _, row, _ = one(differential, line)
-    assert row[3] == 0 and row[10] == 1
+    assert row[CHARS] == 0 and row[UNANSWERED] == 1
 
 
 def test_function_arguments_count_as_text_or_compact_json(differential):
@@ -1485,11 +1492,12 @@ def test_function_arguments_count_as_text_or_compact_json(differential):
             b'{"role":"tool","tool_call_id":"zz","content":"orphan"}]}')
     _, row, raw = one(differential, line)
     # f + {"x": 1} (8) + gg + {"x":[1,2]} (11) + ok + orphan
-    assert row[3] == 1 + 8 + 2 + 11 + 2 + 6
-    assert row[9:11] == [1, 2]  # zz answers nothing; b and c are unanswered
-    assert row[-1] == 0  # no unknown role
-    warnings = raw[0][5]
-    assert [(w[2], w[3]) for w in warnings] == [("unanswered-tool-call", "b"),
+    assert row[CHARS] == 1 + 8 + 2 + 11 + 2 + 6
+    # zz answers nothing; b and c are unanswered
+    assert row[ORPHANS] == 1 and row[UNANSWERED] == 2
+    assert row[LINE_FIGURE["unknown_roles"]] == 0
+    records, _ = raw
+    assert [(w.code, w.detail) for w in records.warnings] == [("unanswered-tool-call", "b"),
                                                 ("unanswered-tool-call", "c"),
                                                 ("orphan-tool-result", "zz")]
 
@@ -1505,16 +1513,17 @@ def test_anthropic_blocks(differential):
             '{"type":"tool_result","tool_use_id":"u9","content":"in"}]}]},'
             + user('[{"type":"image_url","image_url":{"url":"u"}},"q2"]') + "]}").encode()
     out, row, raw = one(differential, line, (("history", 0, 0, 0),), 0, 0)
-    records = raw[0]
+    records, span = raw
     # sys 3 | q1 2, hmm 3, t 1, f 1, {} 2, res 3, str 3, in 2 (the redacted thinking and the
     # image opaque) | q2 2 (the image_url opaque)
-    assert records[1] == [(3, 1, 0), (17, 3, 2), (2, 1, 1)]
+    assert records.before == [(3, 1, 0), (17, 3, 2), (2, 1, 1)]
+    assert records.before[1] == FragmentFigures(chars=17, messages=3, opaque_parts=2)
     # reduced; missed the target (0) with sys and q2 alone above it: protected-over-target
     assert row == [1, 1, 0, 22, 5, 5, 2, 3, 1, 0, 0, 1, 1, 0, 0, 0, 0]
     assert out == (b'{"id":7,"messages":[{"role":"system","content":[{"type":"text",'
                    b'"text":"sys"}]},{"role":"user","content":[{"type":"image_url",'
                    b'"image_url":{"url":"u"}},"q2"]}]}\n')
-    assert raw[1] is not None
+    assert span is not None
 
 
 def test_a_trim_copies_the_kept_messages_byte_for_byte(differential):
@@ -1529,11 +1538,11 @@ def test_a_trim_copies_the_kept_messages_byte_for_byte(differential):
     assert row == [1, 1, 0, 1 + 11 + 2 + 5 + 2 + 1, 1 + 5 + 2 + 1, 6, 4, 2, 1, 0, 0, 1,
                    1, 0, 0, 0, 0]
     data, _, _ = frame([line])
-    span = raw[1]
+    _, span = raw
     assert data[span[0]:span[1]] == b'"z"'
     # nothing to trim: the line whole, without the whitespace around it
     out, row, _ = one(differential, line, (("history", 0, 5, 0),), 0, 0)
-    assert out == line.strip() + b"\n" and row[7] == 0
+    assert out == line.strip() + b"\n" and row[LINE_FIGURE["messages_removed"]] == 0
 
 
 def test_the_pairing_guard_keeps_a_call_with_its_result(differential):
@@ -1544,9 +1553,8 @@ def test_the_pairing_guard_keeps_a_call_with_its_result(differential):
             b'{"role":"tool","tool_call_id":"k","content":"r"},'
             b'{"role":"user","content":"q"}]}')
     _, row, raw = one(differential, line, (("history", 1, 0, 2),), 0, 0)
-    assert row[0] == 1
-    assert row[9:11] == [0, 0]
-    assert row[-1] == 0
+    assert row[HANDLED] == 1
+    assert row[ORPHANS] == row[UNANSWERED] == row[LINE_FIGURE["unknown_roles"]] == 0
 
 
 @pytest.mark.parametrize("line, reason", [
@@ -1695,7 +1703,7 @@ def test_lines_of_the_object_path(differential, line, reason):
 ])
 def test_lines_of_the_byte_path(differential, line, reason):
     _, row, raw = one(differential, line, (("history", 0, 0, 0),), 0, 0)
-    assert row[0] == 1 and raw is not None, reason
+    assert row[HANDLED] == 1 and raw is not None, reason
     compare_runner([line], SEED_POLICY)
 
 

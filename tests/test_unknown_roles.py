@@ -154,10 +154,10 @@ def test_reductions_in_one_call_carry_them_first(differential):
     raw = differential("reduce_transcript", LANGCHAIN + [
         {"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f"}}]},
         {"role": "user", "content": "q"}], (("history", 0, 1, 40),), 100, 60)
-    assert raw[5] == [(1, 0, "unknown-role", ("human", 3)), (1, 1, "unknown-role", ("ai", 2)),
+    assert raw.warnings == [(1, 0, "unknown-role", ("human", 3)), (1, 1, "unknown-role", ("ai", 2)),
                       (1, 5, "unanswered-tool-call", "c")]
     # nothing trimmed: without a user turn the history is one group
-    assert raw[4] == [("unchanged", "keep-groups-floor", 344, 344, 1, 1, 0)]
+    assert raw.steps == [("unchanged", "keep-groups-floor", 344, 344, 1, 1, 0)]
 
 
 # ---------------------------------------------------------------------------------------------

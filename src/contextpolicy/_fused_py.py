@@ -13,6 +13,7 @@ from typing import Any, cast
 from ._c_args import c_int, c_tuple, c_unpack
 from ._messages_py import measure
 from ._read import exact_str, fields
+from ._records import FragmentFigures, FusedRecord, KernelWarning, StepRecord
 from ._tables import (
     INSTRUCTION_ROLE_CODES,
     ITEM_MESSAGE,
@@ -29,26 +30,18 @@ def reduce_plan(
     fragments: list[Any], steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int,
     watermark_chars: int, fragment_type: type | None = None,
     protected_kinds: frozenset[str] | None = None,
-) -> tuple[Any, ...] | None:
+) -> FusedRecord | None:
     """The default ``validate``, or a ``reduce`` whose steps are all trims by chars, of a whole
     plan in one call: what the pipeline's measure, reduce, report and assemble compute for it.
 
     ``fragments``: the plan's fragments (``id``, ``messages``, ``text`` and, for text,
     ``assembled_role`` are read once each, in order); ``steps``: ``(fragment id, grouping,
     keep_groups, target_chars)`` per trim; ``trigger_chars`` and ``watermark_chars``: the
-    policy's, ``-1`` for none. Returns ``(triggered, before, after, kept, steps, warnings,
-    input, ids, totals)``: ``(chars, messages, opaque_parts)`` per fragment before and after;
-    the new
-    message list of each fragment a trim changed (``None`` for the others); ``(status, reason,
-    chars_before, chars_after, groups_before, groups_after, messages_removed)`` per step;
-    ``(fragment index, message index, code, detail)`` per warning of the result: first an
-    ``unknown-role`` for each role of a fragment the accounting does not know (at its first
-    message, detail ``(role, messages)``), then the pairing warnings (detail: the tool call id);
-    the assembled input; the fragment ids; the plan's chars, messages and opaque parts
-    before and after, the messages and groups the applied trims removed, and whether the
-    chars watermark is met after. A step that runs on a fragment holding no message is skipped
-    (``fragment-empty``), and so is one on a ``history`` the plan does not hold
-    (``fragment-absent``); any other fragment a step names must be there. With
+    policy's, ``-1`` for none. Returns a :class:`~contextpolicy._records.FusedRecord`: the
+    first warnings are an ``unknown-role`` for each role of a fragment the accounting does not
+    know (at its first message), then the pairing warnings. A step that runs on a fragment
+    holding no message is skipped (``fragment-empty``), and so is one on a ``history`` the plan
+    does not hold (``fragment-absent``); any other fragment a step names must be there. With
     ``fragment_type``, ``None`` when a fragment is not exactly of that type (fields are then
     read from the ``__dict__``, as validated); with ``protected_kinds``, ``None`` when a step's
     fragment is missing (but for the history), protected (its kind is one of them, or it is
@@ -114,7 +107,7 @@ def fused_result(
     if not isinstance(result_type, type):
         raise TypeError(f"expected a class, got {type(result_type).__name__}")
     result = cast(Any, result_type).__new__(result_type)
-    result._input = raw[6]
+    result._input = raw.input
     result._make = (make, plan, prepared, raw)
     result._plan = result._records = result._report = None
     return result
@@ -175,7 +168,7 @@ def _carries_tool_results(message: dict[str, Any]) -> bool:
 def reduce_transcript(
     messages: list[Any], steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int,
     watermark_chars: int,
-) -> tuple[Any, ...]:
+) -> FusedRecord:
     """:func:`reduce_plan` of ``ContextPlan.from_messages(messages)`` without building the
     plan: fragments ``system``, ``history`` and ``question`` as :func:`split_transcript` cuts
     them, each there only when it holds a message."""
@@ -200,21 +193,22 @@ def reduce_transcript(
 def _reduce(
     ids: list[str], lists: list[Any], texts: list[Any],
     steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int, watermark_chars: int,
-) -> tuple[Any, ...]:
+) -> FusedRecord:
     measures: list[Any] = []
     for fid, messages, text in zip(ids, lists, texts, strict=True):
         if messages is None:
             if not isinstance(text[1], str):
                 raise TypeError(f"fragment {fid!r}: expected a str text")
-            measures.append((len(exact_str(text[1])), 1, 0, None))
+            measures.append((FragmentFigures(len(exact_str(text[1])), 1, 0), None))
         else:
             m = measure(messages, fid)
-            measures.append((m.chars, m.messages, m.opaque_parts, m))
-    before = [m[:3] for m in measures]
-    chars = sum(m[0] for m in measures)
+            measures.append((FragmentFigures(m.chars, m.messages, m.opaque_parts), m))
+    before = [figures for figures, _ in measures]
+    chars = sum(figures.chars for figures in before)
     fired = trigger_chars >= 0 and chars > trigger_chars
     kept: list[Any] = [None] * len(ids)
-    done: list[tuple[Any, ...]] = []
+    done: list[StepRecord] = []
+    removed = groups_removed = 0  # by the applied trims
     for step in steps:
         fid, grouping, keep_groups, target = c_unpack(step, 4)
         grouping, keep_groups, target = c_int(grouping, "int"), c_int(keep_groups), c_int(
@@ -224,41 +218,44 @@ def _reduce(
         if target < 0:
             raise ValueError("target_chars must be >= 0")
         if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
-            done.append(("skipped", "not-triggered" if not fired else "target-reached",
-                         None, None, None, None, 0))
+            done.append(StepRecord("skipped", "not-triggered" if not fired else "target-reached",
+                                   None, None, None, None, 0))
             continue
         if fid not in ids:
             if fid != "history":
                 raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
-            done.append(("skipped", "fragment-absent", None, None, None, None, 0))
+            done.append(StepRecord("skipped", "fragment-absent", None, None, None, None, 0))
             continue
         i = ids.index(fid)
-        m = measures[i][3]
+        m = measures[i][1]
         if m is None:
             raise TypeError(f"expected a list of messages, got {type(lists[i]).__name__}")
         if m.messages == 0:
-            done.append(("skipped", "fragment-empty", None, None, None, None, 0))
+            done.append(StepRecord("skipped", "fragment-empty", None, None, None, None, 0))
             continue
         first, cut, ngroups = m.cut(lists[i], grouping, keep_groups, target)
         if cut == 0:
             reason = "within-target" if m.chars <= target else "keep-groups-floor"
-            done.append(("unchanged", reason, m.chars, m.chars, ngroups, ngroups, 0))
+            done.append(StepRecord("unchanged", reason, m.chars, m.chars, ngroups, ngroups, 0))
             continue
         tail = m.tail(cut)
         lists[i] = kept[i] = list.__getitem__(lists[i], slice(cut, None))
-        measures[i] = (tail.chars, tail.messages, tail.opaque_parts, tail)
+        measures[i] = (FragmentFigures(tail.chars, tail.messages, tail.opaque_parts), tail)
         reason = "trimmed" if tail.chars <= target else "keep-groups-floor"
-        done.append(("applied", reason, m.chars, tail.chars, ngroups, ngroups - first, cut))
+        done.append(StepRecord("applied", reason, m.chars, tail.chars, ngroups, ngroups - first,
+                               cut))
         chars += tail.chars - m.chars
-    warnings: list[tuple[int, int, str, Any]] = [
-        (i, first, "unknown-role", (role, count))
-        for i, m in enumerate(measures) if m[3] is not None and m[3].unknown_role
-        for first, role, count in m[3].unknown_roles(lists[i], 0, ids[i])
+        removed += cut
+        groups_removed += first
+    warnings: list[KernelWarning] = [
+        KernelWarning(i, first, "unknown-role", (role, count))
+        for i, (_, m) in enumerate(measures) if m is not None and m.unknown_role
+        for first, role, count in m.unknown_roles(lists[i], 0, ids[i])
     ]
     warnings += [
-        (i, index, code, cid)
-        for i, m in enumerate(measures) if m[3] is not None and m[3].tool_traffic
-        for index, code, cid in m[3].pairing(lists[i])
+        KernelWarning(i, index, code, cid)
+        for i, (_, m) in enumerate(measures) if m is not None and m.tool_traffic
+        for index, code, cid in m.pairing(lists[i])
     ]
     assembled: list[Any] = []
     for i, messages in enumerate(lists):
@@ -268,13 +265,13 @@ def _reduce(
         else:
             assembled.extend(messages if type(messages) is list else list.copy(messages))
     # Without steps nothing changed: the figures after are the figures before (one list).
-    after = [m[:3] for m in measures] if steps else before
-    applied = [d for d in done if d[0] == "applied"]
-    plan_before = tuple(sum(f[k] for f in before) for k in range(3))
-    plan_after = plan_before if after is before else tuple(
-        sum(f[k] for f in after) for k in range(3))
-    a_chars = plan_after[0]
-    totals = (*plan_before, *plan_after,
-              sum(d[6] for d in applied), sum(d[4] - d[5] for d in applied),
-              not (watermark_chars >= 0 and a_chars > watermark_chars))
-    return fired, before, after, kept, done, warnings, assembled, ids, totals
+    after = [figures for figures, _ in measures] if steps else before
+    plan_before = (sum(f.chars for f in before), sum(f.messages for f in before),
+                   sum(f.opaque_parts for f in before))
+    # (one object per figure when nothing changed)
+    plan_after = plan_before if after is before else (
+        sum(f.chars for f in after), sum(f.messages for f in after),
+        sum(f.opaque_parts for f in after))
+    return FusedRecord(fired, before, after, kept, done, warnings, assembled, ids, *plan_before,
+                       *plan_after, removed, groups_removed,
+                       not (watermark_chars >= 0 and plan_after[0] > watermark_chars))

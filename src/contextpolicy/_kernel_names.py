@@ -8,7 +8,7 @@ that the compiled kernel needs at build time (role, part and key codes) live in
 
 from __future__ import annotations
 
-from ._tables import MAX_JSON_DEPTH, MISSED_REASONS
+from ._tables import LINE_FIGURE, LINE_FIGURES, MAX_JSON_DEPTH
 
 # Compact JSON (both kernels' writers): the message of a value nested too deep.
 JSON_TOO_DEEP = (f"the JSON value nests arrays and objects deeper than {MAX_JSON_DEPTH} levels "
@@ -41,12 +41,10 @@ UNANSWERED_CODE = 1  # ... and an unanswered tool call
 SCAN_DEPTH = 64
 SCAN_NUMBER = 63
 SCAN_KEYS = 64
-# reduce_lines' figures of a line: handled, triggered, reached, chars before/after, messages
-# before/after, messages removed, groups removed, orphan results, unanswered calls, reduced
-# (chars or messages went down), one per missed reason (MISSED_REASONS: 1 for the line's, if it
-# missed its target), and the unknown-role warnings (at SCAN_UNKNOWN_ROLES)
-SCAN_UNKNOWN_ROLES = 12 + len(MISSED_REASONS)
-SCAN_FIGURES = SCAN_UNKNOWN_ROLES + 1
+# reduce_lines' figures of a line: the columns of LINE_FIGURES (their count; where the
+# unknown-role warnings are).
+SCAN_UNKNOWN_ROLES = LINE_FIGURE["unknown_roles"]
+SCAN_FIGURES = len(LINE_FIGURES)
 
 # The slots of a report entry's template (report_lines).
 ENTRY_SLOTS = (

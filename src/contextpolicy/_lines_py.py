@@ -16,13 +16,15 @@ import orjson
 from ._c_args import Int64Array, c_array, c_int, c_tuple, c_unpack
 from ._fused_py import reduce_transcript
 from ._kernel_names import SCAN_DEPTH, SCAN_FIGURES, SCAN_KEYS, SCAN_NUMBER
+from ._records import FusedRecord
 from ._tables import (
     GROUP_MESSAGE,
     GROUP_USER_TURN,
     JSON_WHITESPACE,
+    LINE_FIGURES,
+    LINE_MISSED,
     MAX_NESTING,
     MISSED_NONE,
-    MISSED_REASONS,
     PART_CODES,
     PART_OTHER,
     PART_TEXT,
@@ -281,11 +283,8 @@ def reduce_lines(
 
     Returns ``(out, ends, figures, raws)``: the reduced lines that took the byte path, each
     followed by a newline, one after another in ``out``, line ``i`` ending at ``ends[i]`` (a
-    line of the object path adds nothing); per line ``SCAN_FIGURES`` figures (all zero for a
-    line of the object path): handled, triggered, target reached, chars before and after,
-    messages before and after, messages removed, groups removed, orphan results, unanswered
-    calls, reduced (chars or messages went down), one for each of ``MISSED_REASONS`` (1 for
-    the reason of a line that missed its target), and the unknown-role warnings; with ``raw``,
+    line of the object path adds nothing); per line the figures of ``LINE_FIGURES`` (all zero
+    for a line of the object path); with ``raw``,
     per line ``None`` (the object path) or ``(records, id span)``: the records of
     :func:`reduce_transcript` (each changed fragment's kept list as ``True``, the input as
     ``None``) and where the line's ``id`` value lies in ``data``.
@@ -323,7 +322,7 @@ def reduce_lines(
 
 def _reduce_line(
     b: bytes, steps: tuple[Any, ...], trigger_chars: int, watermark_chars: int,
-) -> tuple[bytes, tuple[Any, ...], Any, list[int]] | None:
+) -> tuple[bytes, FusedRecord, Any, list[int]] | None:
     try:
         doc = orjson.loads(b)
         array_start, array_end, spans, id_node = _scan_line(b)
@@ -331,13 +330,13 @@ def _reduce_line(
         return None
     messages = doc["messages"]
     records = reduce_transcript(messages, steps, trigger_chars, watermark_chars)
-    fired, before, after, kept, done, warnings, _, ids, totals = records
+    ids = records.ids
     # where the transcript was split, from the fragments' sizes
-    head = before[0][1] if ids[:1] == ["system"] else 0
-    tail = len(messages) - (before[-1][1] if ids[-1:] == ["question"] else 0)
+    head = records.before[0].messages if ids[:1] == ["system"] else 0
+    tail = len(messages) - (records.before[-1].messages if ids[-1:] == ["question"] else 0)
     cut = head
     if "history" in ids:
-        cut = tail - after[ids.index("history")][1]
+        cut = tail - records.after[ids.index("history")].messages
     lo, hi = _skip_ws(b, 0), len(b)
     while hi > lo and b[hi - 1] in _SCAN_WS:
         hi -= 1
@@ -347,27 +346,36 @@ def _reduce_line(
         kept_spans = spans[:head] + spans[cut:]
         line = b"".join((b[lo:array_start], b"[", b",".join(b[s:e] for s, e in kept_spans), b"]",
                          b[array_end:hi]))
-    codes = [w[2] for w in warnings]
-    row = [1, int(fired), int(totals[8]), totals[0], totals[3], totals[1], totals[4], totals[6],
-           totals[7], codes.count("orphan-tool-result"), codes.count("unanswered-tool-call"),
-           int(totals[3] < totals[0] or totals[4] < totals[1])]
+    codes = [w.code for w in records.warnings]
+    t = records
+    figures = {
+        "handled": 1, "triggered": int(records.triggered), "reached": int(t.watermark_met),
+        "chars_before": t.chars_before, "chars_after": t.chars_after,
+        "messages_before": t.messages_before, "messages_after": t.messages_after,
+        "messages_removed": t.messages_removed, "groups_removed": t.groups_removed,
+        "orphan_results": codes.count("orphan-tool-result"),
+        "unanswered_calls": codes.count("unanswered-tool-call"),
+        "reduced": int(t.chars_after < t.chars_before or t.messages_after < t.messages_before),
+        "unknown_roles": codes.count("unknown-role"),
+    }
     missed = _missed(records, steps, watermark_chars)
-    row += [int(missed == code) for code in range(1, len(MISSED_REASONS) + 1)]
-    row.append(codes.count("unknown-role"))
-    records = (fired, before, after, [None if k is None else True for k in kept], done,
-               warnings, None, ids, totals)
+    for code, name in enumerate(LINE_FIGURES[LINE_MISSED], 1):
+        figures[name] = int(missed == code)
+    row = [figures[name] for name in LINE_FIGURES]
+    records = records._replace(kept=[None if k is None else True for k in records.kept],
+                               input=None)
     return line, records, id_node, row
 
 
-def _missed(records: tuple[Any, ...], steps: tuple[Any, ...], watermark_chars: int) -> int:
+def _missed(records: FusedRecord, steps: tuple[Any, ...], watermark_chars: int) -> int:
     """The code of a reduce's ``missedReason`` (0: none), from its records."""
-    fired, _, after, _, done, _, _, ids, totals = records
-    if not fired or totals[8]:
+    if not records.triggered or records.watermark_met:
         return MISSED_NONE
     named = {step[0] for step in steps}
-    fixed = sum(a[0] for fid, a in zip(ids, after, strict=True) if fid not in named)
+    fixed = sum(a.chars for fid, a in zip(records.ids, records.after, strict=True)
+                if fid not in named)
     return missed_code(watermark_chars >= 0 and fixed > watermark_chars, False,
-                       any(d[1] == "keep-groups-floor" for d in done))
+                       any(d.reason == "keep-groups-floor" for d in records.steps))
 
 
 def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Int64Array, Int64Array,

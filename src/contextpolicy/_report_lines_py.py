@@ -11,7 +11,9 @@ from typing import Any
 import numpy as np
 
 from ._c_args import Int64Array, c_int
+from ._kernel_names import ENTRY_SLOTS
 from ._lines_py import _flat_bytes, _line_steps, _missed, reduce_lines
+from ._records import FusedRecord
 from ._tables import MISSED_REASONS
 
 # A template is ``(head, steps, fragments)``: ``head`` a program for the entry, ``steps`` one
@@ -23,7 +25,10 @@ from ._tables import MISSED_REASONS
 # back as it is read: only a string without escapes, ``null``, ``true``, ``false`` and an
 # integer of at most 18 digits (not ``-0``) are.
 
-_ENTRY_RANGES = ((0, 13), (13, 20), (20, 25))  # the slots of a head, a step and a fragment
+_SLOT = {name: code for code, name in enumerate(ENTRY_SLOTS)}  # a slot's code
+# The codes of the slots of a head, a step and a fragment.
+_ENTRY_RANGES = ((0, _SLOT["status"]), (_SLOT["status"], _SLOT["fragment-chars-before"]),
+                 (_SLOT["fragment-chars-before"], len(ENTRY_SLOTS)))
 _ENTRY_ID = re.compile(rb"-?(?:0|[1-9][0-9]{0,17})")
 
 
@@ -93,24 +98,38 @@ def _run_program(program: tuple[Any, ...], values: dict[int, Any], out: list[byt
         out.append(program[i + 1])
 
 
-def _entry(template: tuple[Any, ...], records: tuple[Any, ...], ident: bytes | None,
+def _entry(template: tuple[Any, ...], records: FusedRecord, ident: bytes | None,
            trims: tuple[Any, ...], watermark_chars: int) -> bytes | None:
-    fired, before, after, kept, done, warnings, _, ids, totals = records
-    if warnings or (ident is not None and not _written_back(ident)):
+    if records.warnings or (ident is not None and not _written_back(ident)):
         return None
     head, step_programs, fragment_programs = template
-    steps = [(program, dict(zip(range(13, 20), d, strict=True)))
-             for program, d in zip(step_programs, done, strict=True)]
+    steps = [(program, {
+        _SLOT["status"]: d.status, _SLOT["reason"]: d.reason,
+        _SLOT["chars-before"]: d.chars_before, _SLOT["chars-after"]: d.chars_after,
+        _SLOT["groups-before"]: d.groups_before, _SLOT["groups-after"]: d.groups_after,
+        _SLOT["messages-removed"]: d.messages_removed,
+    }) for program, d in zip(step_programs, records.steps, strict=True)]
     fragments = [
-        (fragment_programs[("system", "history", "question").index(fid)],
-         {20: b[0], 21: a[0], 22: b[1], 23: a[1], 24: k is not None})
-        for fid, b, a, k in zip(ids, before, after, kept, strict=True)
+        (fragment_programs[("system", "history", "question").index(fid)], {
+            _SLOT["fragment-chars-before"]: b.chars, _SLOT["fragment-chars-after"]: a.chars,
+            _SLOT["fragment-messages-before"]: b.messages,
+            _SLOT["fragment-messages-after"]: a.messages,
+            _SLOT["fragment-changed"]: k is not None,
+        })
+        for fid, b, a, k in zip(records.ids, records.before, records.after, records.kept,
+                                strict=True)
     ]
     missed = _missed(records, trims, watermark_chars)
-    values = {0: b"null" if ident is None else ident, 1: fired, 2: totals[0], 3: totals[1],
-              4: len(ids), 5: totals[2], 6: totals[3], 7: totals[4], 8: totals[5],
-              9: totals[8], 10: steps, 11: fragments,
-              12: MISSED_REASONS[missed - 1] if missed else None}
+    t = records
+    values = {
+        _SLOT["id"]: b"null" if ident is None else ident, _SLOT["triggered"]: records.triggered,
+        _SLOT["before-chars"]: t.chars_before, _SLOT["before-messages"]: t.messages_before,
+        _SLOT["fragments-count"]: len(records.ids), _SLOT["before-opaque"]: t.opaque_before,
+        _SLOT["after-chars"]: t.chars_after, _SLOT["after-messages"]: t.messages_after,
+        _SLOT["after-opaque"]: t.opaque_after, _SLOT["target-reached"]: t.watermark_met,
+        _SLOT["steps"]: steps, _SLOT["fragments"]: fragments,
+        _SLOT["missed-reason"]: MISSED_REASONS[missed - 1] if missed else None,
+    }
     out: list[bytes] = []
     _run_program(head, values, out)
     return b"".join(out)

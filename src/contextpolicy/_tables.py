@@ -120,6 +120,24 @@ MISSED_KEEP_GROUPS_FLOOR: Final = 3
 MISSED_NO_STEP_COULD_ACT: Final = 4
 
 
+# reduce_lines' figures of a line, one int64 column each, in this order: whether the line was
+# handled (read as bytes), triggered, reached its target; chars and messages before and after;
+# the messages and groups removed; its orphan tool results and unanswered calls; whether it was
+# reduced (chars or messages went down); one column per missed reason (1 for the line's, if it
+# missed its target); its unknown-role warnings. Both kernels write by these names' places (the
+# compiled one through CP_FIGURE_* of the generated header) and the JSONL engine reads by them.
+LINE_FIGURES: Final[tuple[str, ...]] = (
+    "handled", "triggered", "reached", "chars_before", "chars_after", "messages_before",
+    "messages_after", "messages_removed", "groups_removed", "orphan_results",
+    "unanswered_calls", "reduced",
+    *(f"missed_{reason.replace('-', '_')}" for reason in MISSED_REASONS),
+    "unknown_roles",
+)
+LINE_FIGURE: Final[dict[str, int]] = {name: i for i, name in enumerate(LINE_FIGURES)}
+# Where the missed reasons' columns are.
+LINE_MISSED: Final = slice(LINE_FIGURE["reduced"] + 1, LINE_FIGURE["unknown_roles"])
+
+
 def missed_code(over_target: bool, failed: bool, floor: bool) -> int:
     """The code of a missed target's reason: what no step may reduce is over a target
     (``over_target``), else a step failed, else a trim's ``keepGroups`` floor kept its fragment
@@ -158,6 +176,7 @@ def tables() -> dict[str, object]:
         "keys": list(KEYS),
         "max_nesting": MAX_NESTING,
         "missed": list(MISSED_REASONS),
+        "line_figures": list(LINE_FIGURES),
         "max_json_depth": MAX_JSON_DEPTH,
         "json_whitespace": JSON_WHITESPACE,
     }
@@ -220,6 +239,9 @@ def c_header() -> str:
     out += [f"#define CP_MISSED_{_c_name(reason)} {code + 1}"
             for code, reason in enumerate(MISSED_REASONS)]
     out += ["#define CP_MISSED_NONE 0"]
+    out += [f"#define CP_FIGURE_{_c_name(name)} {i}" for i, name in enumerate(LINE_FIGURES)]
+    out += [f"#define CP_FIGURE_COUNT {len(LINE_FIGURES)}",
+            f"#define CP_FIGURE_MISSED {LINE_MISSED.start}"]
     out += [f"#define CP_KEY_{_c_name(key)} {i + 1}" for i, key in enumerate(KEYS)]
     out += ["#define CP_KEY_OTHER 0", f"#define CP_KEY_COUNT {len(KEYS) + 1}", ""]
     out += [*_matcher("cp_role_code", ROLE_CODES, "CP_ROLE_OTHER"), ""]
@@ -237,6 +259,7 @@ def c_header() -> str:
     keys = ", ".join(f'"{key}"' for key in KEYS)
     items = ", ".join(f'"{name}"' for name in ITEM_CODES)
     missed = ", ".join(f'"{reason}"' for reason in MISSED_REASONS)
+    figure_names = ", ".join(f'"{name}"' for name in LINE_FIGURES)
     item_codes = ", ".join(str(code) for code in ITEM_CODES.values())
     out += [
         f"#define CP_ROLE_COUNT {len(ROLE_NAMES)}",
@@ -256,6 +279,7 @@ def c_header() -> str:
         f"static const char *const cp_key_names[] = {{{keys}}};",
         f"#define CP_MISSED_COUNT {len(MISSED_REASONS)}",
         f"static const char *const cp_missed_names[] = {{{missed}}};",
+        f"static const char *const cp_figure_names[] = {{{figure_names}}};",
         "",
         "#endif",
         "",

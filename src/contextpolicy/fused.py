@@ -9,6 +9,7 @@ from typing import Any
 
 from . import _kernel
 from ._build import built
+from ._records import FusedRecord
 from ._unknown_roles import unknown_role_message
 from .plan import PROTECTED_KINDS, ContextPlan, Fragment
 from .policy import ReducePolicy, TypedPolicy
@@ -66,105 +67,109 @@ def watermarks(policy: TypedPolicy, after: Totals) -> tuple[Any, Any, bool | Non
             targets_met(policy, after.chars, after.tokens))
 
 
-def fused_missed_reason(prepared: PreparedPolicy, raw: tuple[Any, ...]) -> str | None:
+def fused_missed_reason(prepared: PreparedPolicy, raw: FusedRecord) -> str | None:
     """The ``missedReason`` of a :func:`_kernel.reduce_plan` (or ``reduce_transcript``) run,
     from its records."""
     policy = prepared.policy
-    fired, _, after, _, done, _, _, ids, totals = raw
-    if type(policy) is not ReducePolicy or not fired or totals[8]:
+    if type(policy) is not ReducePolicy or not raw.triggered or raw.watermark_met:
         return None
     named = {step.fragment_id for step in policy.steps}
-    fixed = sum(a[0] for fid, a in zip(ids, after, strict=True) if fid not in named)
-    return missed_reason(policy, fixed, None, ((d[0], d[1]) for d in done))
+    fixed = sum(a.chars for fid, a in zip(raw.ids, raw.after, strict=True) if fid not in named)
+    return missed_reason(policy, fixed, None, ((d.status, d.reason) for d in raw.steps))
 
 
 def fused_records(
-    plan: ContextPlan, prepared: PreparedPolicy, raw: tuple[Any, ...]
+    plan: ContextPlan, prepared: PreparedPolicy, raw: FusedRecord
 ) -> tuple[list[Fragment], list[Fragment] | None, ReportData]:
     olds = plan.fragments
-    kept = raw[3]
-    fragments = [f if k is None else f.with_content(k) for f, k in zip(olds, kept, strict=True)]
+    fragments = [f if k is None else f.with_content(k)
+                 for f, k in zip(olds, raw.kept, strict=True)]
     kinds = [(f.kind, f.kind in PROTECTED_KINDS or bool(f.protected)) for f in olds]
     return fragments, plan.original, fused_report(prepared, raw, kinds)
 
 
 def fused_report(
-    prepared: PreparedPolicy, raw: tuple[Any, ...], kinds: Sequence[tuple[str, bool]]
+    prepared: PreparedPolicy, raw: FusedRecord, kinds: Sequence[tuple[str, bool]]
 ) -> ReportData:
     """The report records of a :func:`_kernel.reduce_plan` (or ``reduce_transcript``) run:
     ``kinds`` gives each fragment's kind and protection."""
-    fired, before, after, kept, done, found, _input, ids, totals = raw
+    ids, totals = raw.ids, raw
     policy = prepared.policy
     records = [
-        (fid, kind, protected, b[0], a[0], None, None, b[1], a[1], k is not None)
-        for fid, (kind, protected), b, a, k in zip(ids, kinds, before, after, kept, strict=True)
+        (fid, kind, protected, b.chars, a.chars, None, None, b.messages, a.messages,
+         k is not None)
+        for fid, (kind, protected), b, a, k in zip(ids, kinds, raw.before, raw.after, raw.kept,
+                                                   strict=True)
     ]
     steps = [
         built(StepReport, {
             "id": step.id, "kind": "trim", "fragment_id": step.fragment_id,
-            "target_chars": step.target_chars, "status": d[0], "reason": d[1],
-            "chars_before": d[2], "chars_after": d[3], "groups_before": d[4],
-            "groups_after": d[5], "messages_removed": d[6],
+            "target_chars": step.target_chars, "status": d.status, "reason": d.reason,
+            "chars_before": d.chars_before, "chars_after": d.chars_after,
+            "groups_before": d.groups_before, "groups_after": d.groups_after,
+            "messages_removed": d.messages_removed,
         })
-        for step, d in zip(policy.steps if type(policy) is ReducePolicy else (), done,
+        for step, d in zip(policy.steps if type(policy) is ReducePolicy else (), raw.steps,
                            strict=True)
     ]
     n = len(ids)
-    before_t = Totals(totals[0], None, totals[1], n, totals[2])
-    after_t = Totals(totals[3], None, totals[4], n, totals[5])
+    before_t = Totals(totals.chars_before, None, totals.messages_before, n, totals.opaque_before)
+    after_t = Totals(totals.chars_after, None, totals.messages_after, n, totals.opaque_after)
     trigger, target, target_reached = watermarks(policy, after_t)
     return ReportData(
         mode=policy.mode, kernel=_kernel.IMPLEMENTATION, implementation="default",
-        triggered=fired, trigger=trigger, target=target, before=before_t, after=after_t,
-        target_reached=target_reached, steps=steps, fragments=records,
-        warnings=[kernel_warning(ids[i], index, code, detail)
-                  for i, index, code, detail in found],
+        triggered=raw.triggered, trigger=trigger, target=target, before=before_t,
+        after=after_t, target_reached=target_reached, steps=steps, fragments=records,
+        warnings=[kernel_warning(ids[w.fragment], w.message_index, w.code, w.detail)
+                  for w in raw.warnings],
         audit=None, missed_reason=fused_missed_reason(prepared, raw),
     )
 
 
 def fused_report_json(
-    prepared: PreparedPolicy, raw: tuple[Any, ...], kinds: Sequence[tuple[str, bool]]
+    prepared: PreparedPolicy, raw: FusedRecord, kinds: Sequence[tuple[str, bool]]
 ) -> dict[str, Any]:
     """``fused_report(prepared, raw, kinds).json()``, built straight from the kernel's records
     (what the JSONL runner writes for ``--report``; a test holds the two to each other)."""
-    fired, before, after, kept, done, found, _input, ids, totals = raw
+    ids, totals = raw.ids, raw
     policy = prepared.policy
     n = len(ids)
     if type(policy) is ReducePolicy:
         trigger: Any = {"chars": policy.trigger_chars, "tokens": policy.trigger_tokens}
         target: Any = {"chars": policy.watermark_chars, "tokens": policy.watermark_tokens}
-        reached: Any = totals[8]
+        reached: Any = totals.watermark_met
         steps = [
-            {"id": step.id, "kind": "trim", "fragmentId": step.fragment_id, "status": d[0],
-             "reason": d[1], "message": None, "charsBefore": d[2], "charsAfter": d[3],
+            {"id": step.id, "kind": "trim", "fragmentId": step.fragment_id,
+             "status": d.status, "reason": d.reason, "message": None,
+             "charsBefore": d.chars_before, "charsAfter": d.chars_after,
              "tokensBefore": None, "tokensAfter": None, "targetChars": step.target_chars,
-             "groupsBefore": d[4], "groupsAfter": d[5], "messagesRemoved": d[6],
-             "handlerId": None, "handlerFigures": None}
-            for step, d in zip(policy.steps, done, strict=True)
+             "groupsBefore": d.groups_before, "groupsAfter": d.groups_after,
+             "messagesRemoved": d.messages_removed, "handlerId": None, "handlerFigures": None}
+            for step, d in zip(policy.steps, raw.steps, strict=True)
         ]
     else:
         trigger = target = reached = None
         steps = []
     return {
         "mode": policy.mode, "kernel": _kernel.IMPLEMENTATION, "implementation": "default",
-        "triggered": fired, "trigger": trigger, "target": target,
-        "before": {"chars": totals[0], "tokens": None, "messages": totals[1], "fragments": n,
-                   "opaqueParts": totals[2]},
-        "after": {"chars": totals[3], "tokens": None, "messages": totals[4], "fragments": n,
-                  "opaqueParts": totals[5]},
+        "triggered": raw.triggered, "trigger": trigger, "target": target,
+        "before": {"chars": totals.chars_before, "tokens": None,
+                   "messages": totals.messages_before, "fragments": n,
+                   "opaqueParts": totals.opaque_before},
+        "after": {"chars": totals.chars_after, "tokens": None, "messages": totals.messages_after,
+                  "fragments": n, "opaqueParts": totals.opaque_after},
         "targetReached": reached,
         "missedReason": fused_missed_reason(prepared, raw),
         "steps": steps,
         "fragments": [
-            {"id": fid, "kind": kind, "protected": protected, "charsBefore": b[0],
-             "charsAfter": a[0], "tokensBefore": None, "tokensAfter": None,
-             "messagesBefore": b[1], "messagesAfter": a[1], "changed": k is not None}
-            for fid, (kind, protected), b, a, k in zip(ids, kinds, before, after, kept,
-                                                       strict=True)
+            {"id": fid, "kind": kind, "protected": protected, "charsBefore": b.chars,
+             "charsAfter": a.chars, "tokensBefore": None, "tokensAfter": None,
+             "messagesBefore": b.messages, "messagesAfter": a.messages, "changed": k is not None}
+            for fid, (kind, protected), b, a, k in zip(ids, kinds, raw.before, raw.after,
+                                                       raw.kept, strict=True)
         ],
-        "warnings": [flat_json(kernel_warning(ids[i], index, code, detail))
-                     for i, index, code, detail in found],
+        "warnings": [flat_json(kernel_warning(ids[w.fragment], w.message_index, w.code, w.detail))
+                     for w in raw.warnings],
         "audit": None,
         "counter": None,
     }

@@ -211,18 +211,18 @@ class Chunk:
         for row, messages in zip(object_rows.tolist(), rows_py, strict=True):
             done = object_row(run, messages, self.column, row)
             f = done.figures
-            for name, value in zip(figs, f[:5], strict=True):
-                figs[name][row] = value
-            triggered[row] = f[5]
-            if f[9] is not None:
-                missed[row] = MISSED_REASONS.index(f[9]) + 1
-            if f[6] is None:
+            for name in figs:
+                figs[name][row] = getattr(f, name)
+            triggered[row] = f.triggered
+            if f.missed_reason is not None:
+                missed[row] = MISSED_REASONS.index(f.missed_reason) + 1
+            if f.target_reached is None:
                 reached_null[row] = True
             else:
-                reached[row] = f[6]
+                reached[row] = f.target_reached
             if run.counted:
-                tokens[0][row] = f[7] or 0
-                tokens[1][row] = f[8] or 0
+                tokens[0][row] = f.tokens_before or 0
+                tokens[1][row] = f.tokens_after or 0
             a_row = int(offs[row])
             kept_at: list[int] = []
             for item in done.kept:
@@ -236,8 +236,8 @@ class Chunk:
             pieces[row] = kept_at
             for w in done.warnings:
                 ow_rows.append(row)
-                for k in range(4):
-                    ow[k].append(w[k])
+                for column, value in zip(ow, w, strict=True):  # a RowWarning's fields, in order
+                    column.append(value)
         if ow_rows:
             self.w_rows.append(np.asarray(ow_rows, dtype=np.int64))
             self.w_cols[0].append(pa.array(ow[0], type=pa.string()))

@@ -151,12 +151,12 @@ class ReduceLines:
             errors.append(r.error)
             f = r.figures
             rows.append(None if f is None else {
-                "triggered": bool(f[0]), "target_reached": bool(f[1]),
+                "triggered": bool(f.triggered), "target_reached": bool(f.reached),
                 # a line's figures: its missed reason as a list of one, or none
                 "missed_reason": next(iter(f.missed), None), "reduced": bool(f.reduced),
-                "chars_before": f[2],
-                "chars_after": f[3], "messages_before": f[4], "messages_after": f[5],
-                "messages_removed": f[6], "groups_removed": f[7],
+                "chars_before": f.chars_before, "chars_after": f.chars_after,
+                "messages_before": f.messages_before, "messages_after": f.messages_after,
+                "messages_removed": f.messages_removed, "groups_removed": f.groups_removed,
                 "read_as_bytes": bool(r.scanned)})
         index = table.column_names.index(self.column)
         table = table.set_column(index, self.column, pa.array(out, pa.string()))

@@ -83,13 +83,40 @@ def _row_error(exc: ContextPlanError, column: str, row: int) -> ContextPlanError
     return ContextPlanError([Issue(where(i.path), i.message, i.code) for i in exc.issues])
 
 
-class _ObjectRow(NamedTuple):
-    kept: list[int | dict[str, Any]]  # message index in the row, or a new message
-    figures: tuple[Any, ...]
-    warnings: list[tuple[str, str, int | None, str | None]]
+class RowFigures(NamedTuple):
+    """A row's figures, as its report gives them."""
+
+    chars_before: int
+    chars_after: int
+    messages_before: int
+    messages_after: int
+    groups_removed: int
+    triggered: bool
+    target_reached: bool | None
+    tokens_before: int | None
+    tokens_after: int | None
+    missed_reason: str | None
 
 
-def object_row(run: TableRun, messages: Any, column: str, row: int) -> _ObjectRow:
+class RowWarning(NamedTuple):
+    """A row's warning: its code, fragment, message index and tool call id."""
+
+    code: str
+    fragment_id: str
+    message_index: int | None
+    tool_call_id: str | None
+
+
+class ObjectRow(NamedTuple):
+    """A row through the object path: the messages it keeps (each an index of the row's
+    messages, or a new message), its figures and its warnings."""
+
+    kept: list[int | dict[str, Any]]
+    figures: RowFigures
+    warnings: list[RowWarning]
+
+
+def object_row(run: TableRun, messages: Any, column: str, row: int) -> ObjectRow:
     if messages is None:
         raise ContextPlanError("expected a list of messages, got null", path=f"{column}[{row}]",
                                code="invalid-messages")
@@ -104,26 +131,31 @@ def object_row(run: TableRun, messages: Any, column: str, row: int) -> _ObjectRo
     report = result.report
     groups = sum((s.groups_before or 0) - (s.groups_after or 0)
                  for s in report.steps if s.status == "applied" and s.kind == "trim")
-    figures = (report.before.chars, report.after.chars, report.before.messages,
-               report.after.messages, groups, report.triggered, report.target_reached,
-               report.before.tokens, report.after.tokens, report.missed_reason)
-    warnings = [(w.code, w.fragment_id, w.index, w.tool_call_id) for w in report.warnings]
-    return _ObjectRow(_kept(messages, result.input), figures, warnings)
+    figures = RowFigures(report.before.chars, report.after.chars, report.before.messages,
+                         report.after.messages, groups, report.triggered,
+                         report.target_reached, report.before.tokens, report.after.tokens,
+                         report.missed_reason)
+    warnings = [RowWarning(w.code, w.fragment_id, w.index, w.tool_call_id)
+                for w in report.warnings]
+    return ObjectRow(_kept(messages, result.input), figures, warnings)
 
 
-def _fused_row(run: TableRun, messages: list[Any]) -> _ObjectRow:
+def _fused_row(run: TableRun, messages: list[Any]) -> ObjectRow:
     prepared = run.prepared
     assert run.fused is not None
     raw = _kernel.reduce_transcript(messages, run.fused, run.trigger, run.watermark)
-    totals = raw[8]
-    figures = (totals[0], totals[3], totals[1], totals[4], totals[7], raw[0],
-               bool(totals[8]) if run.reduces else None, None, None,
-               fused_missed_reason(prepared, raw))
-    ids = raw[7]
+    t = raw
+    figures = RowFigures(t.chars_before, t.chars_after, t.messages_before, t.messages_after,
+                         t.groups_removed, raw.triggered,
+                         bool(t.watermark_met) if run.reduces else None, None, None,
+                         fused_missed_reason(prepared, raw))
+    ids = raw.ids
     # (the detail of an unknown-role is its role and count, which the figures leave out)
-    warnings = [(code, ids[f], index, None if code == "unknown-role" else detail)
-                for f, index, code, detail in raw[5]]
-    return _ObjectRow(_kept(messages, raw[6]), figures, warnings)
+    warnings = [RowWarning(w.code, ids[w.fragment], w.message_index,
+                           None if w.code == "unknown-role" else w.detail)
+                for w in raw.warnings]
+    assert raw.input is not None  # (only the records of a line read as bytes have none)
+    return ObjectRow(_kept(messages, raw.input), figures, warnings)
 
 
 def _kept(messages: list[Any], output: list[Any]) -> list[int | dict[str, Any]]:

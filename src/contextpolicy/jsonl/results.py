@@ -7,7 +7,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .._tables import MISSED_REASONS
+from .._records import FusedRecord
+from .._tables import LINE_FIGURE, LINE_MISSED, MISSED_REASONS
 from ..fused import fused_missed_reason
 from ..prepared import PreparedPolicy
 from ..report import ContextReport
@@ -31,12 +32,25 @@ class Figures(NamedTuple):
     missed: list[str] | dict[str, int]  # a line's missedReason, if it has one
 
 
-# _kernel.reduce_lines' figures: where "reduced", the missed reasons (MISSED_REASONS) and the
-# warnings of each code are.
-REDUCED_FIGURE = 11
-MISSED_FIGURES = slice(12, 12 + len(MISSED_REASONS))
-WARNING_CODES = ("orphan-tool-result", "unanswered-tool-call", "unknown-role")
-WARNING_FIGURES = (9, 10, 12 + len(MISSED_REASONS))
+# The warnings _kernel.reduce_lines counts, and the figures (LINE_FIGURES) that count them.
+LINE_WARNINGS = (("orphan-tool-result", LINE_FIGURE["orphan_results"]),
+                 ("unanswered-tool-call", LINE_FIGURE["unanswered_calls"]),
+                 ("unknown-role", LINE_FIGURE["unknown_roles"]))
+
+
+def line_run_figures(sums: list[int], reduces: bool) -> Figures:
+    """The :class:`Figures` of a run of lines read as bytes, from the sums of their
+    ``reduce_lines`` figures (``LINE_FIGURES``); a validate reaches no target."""
+    def at(name: str) -> int:
+        return sums[LINE_FIGURE[name]]
+
+    warnings = {code: sums[i] for code, i in LINE_WARNINGS if sums[i]}
+    missed = {reason: n for reason, n in zip(MISSED_REASONS, sums[LINE_MISSED], strict=True)
+              if n}
+    return Figures(at("triggered"), at("reached") if reduces else 0, at("chars_before"),
+                   at("chars_after"), at("messages_before"), at("messages_after"),
+                   at("messages_removed"), at("groups_removed"), warnings, at("reduced"),
+                   missed)
 
 
 @dataclass(slots=True)
@@ -95,25 +109,24 @@ class Summary:
                 entry["column"] = result.column
             self.skipped_lines.append(entry)
             return
-        assert result.figures is not None
-        (triggered, reached, c_before, c_after, m_before, m_after, removed, groups, warnings,
-         reduced, missed) = result.figures
+        f = result.figures
+        assert f is not None
         self.conversations += result.lines
         self.scanned += result.scanned
-        self.triggered += triggered
-        self.target_reached += reached
-        self.reduced += reduced
+        self.triggered += f.triggered
+        self.target_reached += f.reached
+        self.reduced += f.reduced
         self.audit_violations += result.violation
-        self.chars_before += c_before
-        self.chars_after += c_after
-        self.messages_before += m_before
-        self.messages_after += m_after
-        self.messages_removed += removed
-        self.groups_removed += groups
-        if warnings:
-            self.warnings.update(warnings)
-        if missed:
-            self.missed.update(missed)
+        self.chars_before += f.chars_before
+        self.chars_after += f.chars_after
+        self.messages_before += f.messages_before
+        self.messages_after += f.messages_after
+        self.messages_removed += f.messages_removed
+        self.groups_removed += f.groups_removed
+        if f.warnings:
+            self.warnings.update(f.warnings)
+        if f.missed:
+            self.missed.update(f.missed)
 
     def to_json_dict(self) -> dict[str, Any]:
         seconds = max(self.seconds, 1e-9)
@@ -161,13 +174,14 @@ def report_figures(report: ContextReport) -> Figures:
                    [report.missed_reason] if report.missed_reason is not None else [])
 
 
-def fused_figures(raw: tuple[Any, ...], target_reached: bool,
+def fused_figures(raw: FusedRecord, target_reached: bool,
                    prepared: PreparedPolicy) -> Figures:
     """:func:`report_figures` of a run the kernel did in one call
     (``_kernel.reduce_transcript``), from its records (a test holds the two to each other)."""
-    totals = raw[8]
+    t = raw
     missed = fused_missed_reason(prepared, raw)
-    return Figures(raw[0], target_reached, totals[0], totals[3], totals[1], totals[4], totals[6],
-                   totals[7], [w[2] for w in raw[5]] if raw[5] else [],
-                   totals[3] < totals[0] or totals[4] < totals[1],
+    return Figures(raw.triggered, target_reached, t.chars_before, t.chars_after,
+                   t.messages_before, t.messages_after, t.messages_removed, t.groups_removed,
+                   [w.code for w in raw.warnings] if raw.warnings else [],
+                   t.chars_after < t.chars_before or t.messages_after < t.messages_before,
                    [missed] if missed is not None else [])

@@ -8,6 +8,7 @@ import re
 from typing import Any
 
 from .. import _kernel
+from .._records import FragmentFigures, FusedRecord, StepRecord
 from ..fused import fused_missed_reason, fused_report_json
 from ..prepared import PreparedPolicy
 from .files import (
@@ -17,6 +18,10 @@ from .files import (
 __all__ = ["FusedReports"]
 
 _OWN = object()  # a report's missedReason as its records give it
+# A template's records hold a sentinel figure in every slot, strings and flags included.
+_Step: Any = StepRecord
+_Figures: Any = FragmentFigures
+_Record: Any = FusedRecord
 
 
 class FusedReports:
@@ -38,32 +43,34 @@ class FusedReports:
             prepared.policy.to_json_dict())
 
     @staticmethod
-    def _figures(raw: tuple[Any, ...]) -> list[Any]:
-        _, before, after, _, done, _, _, _, totals = raw
-        figures = list(totals[:6])
-        for d in done:
-            figures += d[2:7]
-        for b, a in zip(before, after, strict=True):
-            figures += (b[0], a[0], b[1], a[1])
+    def _figures(raw: FusedRecord) -> list[Any]:
+        t = raw
+        figures: list[Any] = [t.chars_before, t.messages_before, t.opaque_before, t.chars_after,
+                   t.messages_after, t.opaque_after]
+        for d in raw.steps:
+            figures += (d.chars_before, d.chars_after, d.groups_before, d.groups_after,
+                        d.messages_removed)
+        for b, a in zip(raw.before, raw.after, strict=True):
+            figures += (b.chars, a.chars, b.messages, a.messages)
         return figures
 
-    def _json(self, raw: tuple[Any, ...], missed: Any = _OWN) -> bytes:
+    def _json(self, raw: FusedRecord, missed: Any = _OWN) -> bytes:
         """The report's JSON; ``missed``: its missedReason, when not what the records give (a
         template's records hold sentinels)."""
         kinds = self.kinds
-        doc = fused_report_json(self.prepared, raw, [kinds[fid] for fid in raw[7]])
+        doc = fused_report_json(self.prepared, raw, [kinds[fid] for fid in raw.ids])
         if missed is not _OWN:
             doc["missedReason"] = missed
         return dumps(doc)
 
-    def render(self, raw: tuple[Any, ...]) -> bytes:
-        fired, _, _, kept, done, found, _, ids, totals = raw
-        if found or not self.plain:
+    def render(self, raw: FusedRecord) -> bytes:
+        if raw.warnings or not self.plain:
             return self._json(raw)
         figures = self._figures(raw)
         missed = fused_missed_reason(self.prepared, raw)
-        key = (tuple(ids), fired, totals[8], missed, tuple(d[:2] for d in done),
-               tuple(k is not None for k in kept), tuple(f is None for f in figures))
+        key = (tuple(raw.ids), raw.triggered, raw.watermark_met, missed,
+               tuple((d.status, d.reason) for d in raw.steps),
+               tuple(k is not None for k in raw.kept), tuple(f is None for f in figures))
         template = self.templates.get(key)
         if template is None:
             template = self._template(raw, figures, missed)
@@ -88,16 +95,15 @@ class FusedReports:
         ids = ["system", "history", "question"]
         fast = self.prepared.fast_path
         nsteps = len(fast.steps) if fast is not None else 0
-        done = [tuple(slot[k] for k in ("status", "reason", "chars-before", "chars-after",
-                                         "groups-before", "groups-after", "messages-removed"))
-                ] * nsteps
-        side = (slot["fragment-chars-before"], slot["fragment-messages-before"], 0)
-        after = (slot["fragment-chars-after"], slot["fragment-messages-after"], 0)
-        totals = (slot["before-chars"], slot["before-messages"], slot["before-opaque"],
-                  slot["after-chars"], slot["after-messages"], slot["after-opaque"], 0, 0,
-                  slot["target-reached"])
-        raw: tuple[Any, ...] = (slot["triggered"], [side] * 3, [after] * 3, [True] * 3, done,
-                                [], None, ids, totals)
+        done = [_Step(*(slot[k] for k in (
+            "status", "reason", "chars-before", "chars-after", "groups-before", "groups-after",
+            "messages-removed")))] * nsteps
+        side = _Figures(slot["fragment-chars-before"], slot["fragment-messages-before"], 0)
+        after = _Figures(slot["fragment-chars-after"], slot["fragment-messages-after"], 0)
+        raw = _Record(slot["triggered"], [side] * 3, [after] * 3, [True] * 3, done, [], None,
+                      ids, slot["before-chars"], slot["before-messages"], slot["before-opaque"],
+                      slot["after-chars"], slot["after-messages"], slot["after-opaque"], 0, 0,
+                      slot["target-reached"])
         doc = fused_report_json(self.prepared, raw, [self.kinds[fid] for fid in ids])
         doc["missedReason"] = slot["missed-reason"]
         for side_doc in (doc["before"], doc["after"]):
@@ -131,19 +137,24 @@ class FusedReports:
                 program.append(piece)
         return tuple(program)
 
-    def _template(self, raw: tuple[Any, ...], figures: list[Any], missed: str | None,
+    def _template(self, raw: FusedRecord, figures: list[Any], missed: str | None,
                   ) -> tuple[bytes, list[int]]:
-        # The report of this shape with every figure a sentinel of its own, the sentinels
-        # then made %d slots in the order they appear.
+        # The report of this shape with every figure a sentinel of its own (in the order
+        # _figures reads them), the sentinels then made %d slots in the order they appear.
         marks = [None if f is None else self.SENTINEL + i for i, f in enumerate(figures)]
-        fired, before, after, kept, done, found, inputs, ids, totals = raw
-        at = iter(marks)
-        t = [next(at) for _ in range(6)]
-        new_done = [(*d[:2], *(next(at) for _ in range(5))) for d in done]
-        sides = [[next(at) for _ in range(4)] for _ in before]
-        fake = (fired, [(s[0], s[2], b[2]) for s, b in zip(sides, before, strict=True)],
-                [(s[1], s[3], a[2]) for s, a in zip(sides, after, strict=True)], kept,
-                new_done, found, inputs, ids, (*t, *totals[6:]))
+        at: Any = iter(marks)
+        totals = {name: next(at) for name in (
+            "chars_before", "messages_before", "opaque_before", "chars_after", "messages_after",
+            "opaque_after")}
+        steps = [d._replace(**{name: next(at) for name in (
+            "chars_before", "chars_after", "groups_before", "groups_after", "messages_removed")})
+            for d in raw.steps]
+        before, after = [], []
+        for b, a in zip(raw.before, raw.after, strict=True):
+            b_chars, a_chars, b_messages, a_messages = (next(at) for _ in range(4))
+            before.append(b._replace(chars=b_chars, messages=b_messages))
+            after.append(a._replace(chars=a_chars, messages=a_messages))
+        fake = raw._replace(before=before, after=after, steps=steps, **totals)
         text = self._json(fake, missed).replace(b"%", b"%%")
         found_at = sorted((text.index(b"%d" % m), m, i) for i, m in enumerate(marks)
                           if m is not None)

@@ -12,7 +12,7 @@ from typing import Any
 import orjson
 
 from .. import _kernel
-from .._tables import MISSED_REASONS
+from .._tables import LINE_FIGURE
 from ..core import process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
 from ..fused import fused_report_json
@@ -30,14 +30,10 @@ from .files import (
     reread_exactly,
 )
 from .results import (
-    MISSED_FIGURES,
-    REDUCED_FIGURE,
-    WARNING_CODES,
-    WARNING_FIGURES,
-    Figures,
     LineError,
     LineResult,
     fused_figures,
+    line_run_figures,
     report_figures,
 )
 from .templates import FusedReports
@@ -183,14 +179,14 @@ class LineWorker:
         prepared = self.prepared
         raw = _kernel.reduce_transcript(messages, steps, self.trigger, self.watermark)
         out = dict(doc)
-        out["messages"] = raw[6]
+        out["messages"] = raw.input
         # A validate reaches no target (report.targetReached is null).
-        line = LineResult(number, output=dumps(out) + b"\n",
-                          figures=fused_figures(raw, self.reduces and raw[8][8], prepared))
+        line = LineResult(number, output=dumps(out) + b"\n", figures=fused_figures(
+            raw, self.reduces and raw.watermark_met, prepared))
         if self.with_reports:
             kinds = self.transcript_kinds
             line.report = dumps({"id": doc.get("id"), "report": fused_report_json(
-                prepared, raw, [kinds[fid] for fid in raw[7]])})
+                prepared, raw, [kinds[fid] for fid in raw.ids])})
         return line
 
     def copy(self) -> LineWorker:
@@ -311,7 +307,7 @@ class LineWorker:
                 out, ends, figures, raws = _kernel.reduce_lines(
                     data, starts[begin:end], stops[begin:end], steps, self.trigger,
                     self.watermark, per_line or with_reports)
-            handled = figures[:, 0].tolist()
+            handled = figures[:, LINE_FIGURE["handled"]].tolist()
             offsets = [0, *ends.tolist()]
             if not per_line and not with_reports and all(handled):
                 # the chunk is one run: its output as it is
@@ -354,18 +350,13 @@ class LineWorker:
 
     def _run(self, number: int, output: bytes | bytearray, sums: list[int], count: int,
              ) -> LineResult:
-        warnings = {code: sums[i] for code, i in zip(WARNING_CODES, WARNING_FIGURES, strict=True)
-                    if sums[i]}
-        missed = {reason: n for reason, n in zip(MISSED_REASONS, sums[MISSED_FIGURES],
-                                                 strict=True) if n}
-        figures = Figures(sums[1], sums[2] if self.reduces else 0, sums[3], sums[4], sums[5],
-                          sums[6], sums[7], sums[8], warnings, sums[REDUCED_FIGURE], missed)
-        return LineResult(number, output=output, figures=figures, lines=count, scanned=count)
+        return LineResult(number, output=output, figures=line_run_figures(sums, self.reduces),
+                          lines=count, scanned=count)
 
     def _scanned_line(self, number: int, output: bytes, record: Any,
                       data: bytes | bytearray) -> LineResult:
-        raw = record[0]
-        figures = fused_figures(raw, self.reduces and raw[8][8], self.prepared)
+        raw, _ = record  # the records, and the span of the line's id
+        figures = fused_figures(raw, self.reduces and raw.watermark_met, self.prepared)
         line = LineResult(number, output=output, figures=figures, scanned=1)
         if self.with_reports:
             line.report = self._report(record, data)
