@@ -11,7 +11,10 @@
 #      against each installed package, never against the source tree: (a) through the
 #      test-command of [tool.cibuildwheel], with the compiled kernel live; (b) on the
 #      pure-Python twin; (c) must have said loudly that it fell back, and runs the suites of
-#      the kernel choice, the pipeline and the command line (the twin ran everything in (b));
+#      the kernel choice, the pipeline and the command line (the twin ran everything in (b)).
+#      (a) and (b) leave out the command line's stress suites (STRESS below): each already
+#      runs every case on both kernels, in processes of their own, in the README's test run,
+#      and they are half the suite's time; test_cli.py, which (c) runs too, stays in.
 #   5. check that a build that requires the kernel (CIBUILDWHEEL=1, or
 #      CONTEXTPOLICY_REQUIRE_EXTENSIONS=1) fails when there is no compiler.
 # Usage: scripts/check-dist.sh [PYTHON]     (PYTHON defaults to python3)
@@ -165,6 +168,9 @@ print(sys.argv[3].join(value))
 }
 mapfile -t test_requires < <(cibw test-requires $'\n')
 test_command="$(cibw test-command " && ")"
+# The command line's stress suites: every case on both kernels (CONTEXTPOLICY_PURE_PYTHON in
+# each command's environment), run in full by the README's test command.
+STRESS=(test_cli_hostile.py test_cli_values.py test_cli_errors.py)
 
 # The suite of the sdist without its source: tests import the installed package or nothing.
 suite="$work/suite"
@@ -208,14 +214,21 @@ step "(a) the repaired wheel: the test-command of [tool.cibuildwheel]"
 venv wheel "$repaired"
 kernel wheel compiled
 mkdir "$work/test_cwd"
-(cd "$work/test_cwd" && PATH="$work/env-wheel/bin:$PATH" bash -c "${test_command//\{project\}/$suite}") \
+ignore_stress=""
+for name in "${STRESS[@]}"; do
+  ignore_stress+=" --ignore=$suite/tests/$name"
+done
+# (pytest is the test-command's last command: the options go to it)
+(cd "$work/test_cwd" && PATH="$work/env-wheel/bin:$PATH" \
+  bash -c "${test_command//\{project\}/$suite}$ignore_stress") \
   || fail "the cibuildwheel test-command failed against the repaired wheel"
 
 step "(b) the pure wheel"
 venv pure "$pure_wheel"
 kernel pure pure
 (cd "$work/test_cwd" && "$work/env-pure/bin/python" -m pytest "$suite/tests" -p no:cacheprovider \
-  -m "not packaging and not extras" --no-c-extensions -n 2 -q) || fail "the suite failed against the pure wheel"
+  -m "not packaging and not extras" --no-c-extensions -n 2 -q $ignore_stress) \
+  || fail "the suite failed against the pure wheel"
 
 step "(c) the sdist with no compiler"
 venv nocompiler "$sdist" CC=false CXX=false
