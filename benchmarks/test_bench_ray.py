@@ -6,7 +6,7 @@ plain policy) and by a pool of two actors. Each Ray round is a whole run: the ac
 started, the file read, the rows reduced and the result materialized. The reduced rows equal
 ``reduce_table``'s.
 
-Marked ``extras`` (as ``tests/test_ray.py``): collected only with ``-m extras``. Measured:
+Marked ``extras`` (as ``tests/batch/test_ray.py``): collected only with ``-m extras``. Measured:
 ``pytest benchmarks/test_bench_ray.py -m extras --benchmark-enable --benchmark-only``, 50,000
 chats in row groups of 5,000; unmeasured, 2,000 in row groups of 500.
 """
@@ -20,7 +20,7 @@ import pytest
 
 from contextpolicy import synthetic
 from contextpolicy.batch import reduce_table
-from tests.test_ray import local_cluster
+from tests.support.ray import local_cluster
 
 from .conftest import cached, measuring
 

@@ -129,9 +129,9 @@ with tarfile.open(sdist) as tar:
     names = {PurePosixPath(*PurePosixPath(n).parts[1:]).as_posix() for n in tar.getnames()}
 for needed in ("csrc/_kernel_c.pyx", "csrc/utf8.h", "setup.py", "pyproject.toml", "LICENSE",
                "README.md", "build-constraints.txt", "conftest.py", "tests/conftest.py",
-               "tests/strategies.py", "tests/test_kernel.py", "benchmarks/conftest.py",
+               "tests/support/strategies.py", "tests/kernel/test_kernel.py", "benchmarks/conftest.py",
                "src/contextpolicy/examples/transcripts.jsonl", "src/contextpolicy/py.typed",
-               "mkdocs.yml", "docs/index.md", "tests/docs_examples.py"):
+               "mkdocs.yml", "docs/index.md", "tests/support/docs_examples.py"):
     if needed not in names:
         problems.append(f"sdist: {needed} is missing")
 problems += [f"sdist: generated {n} is shipped" for n in names if n.endswith((".c", ".so"))]
@@ -170,7 +170,7 @@ mapfile -t test_requires < <(cibw test-requires $'\n')
 test_command="$(cibw test-command " && ")"
 # The command line's stress suites: every case on both kernels (CONTEXTPOLICY_PURE_PYTHON in
 # each command's environment), run in full by the README's test command.
-STRESS=(test_cli_hostile.py test_cli_values.py test_cli_errors.py)
+STRESS=(cli/test_cli_hostile.py cli/test_cli_values.py cli/test_cli_errors.py)
 
 # The suite of the sdist without its source: tests import the installed package or nothing.
 suite="$work/suite"
@@ -238,8 +238,8 @@ kernel nocompiler pure
 # The same twin from the same sources ran the whole suite in (b): here, what proves the fallback
 # install works end to end (the kernel chosen, the pipeline, the command line, the examples).
 (cd "$work/test_cwd" && "$work/env-nocompiler/bin/python" -m pytest \
-  "$suite/tests/test_kernel_selection.py" "$suite/tests/test_reduce.py" \
-  "$suite/tests/test_cli.py" "$suite/tests/test_validate_mode.py" \
+  "$suite/tests/kernel/test_kernel_selection.py" "$suite/tests/core/test_reduce.py" \
+  "$suite/tests/cli/test_cli.py" "$suite/tests/core/test_validate_mode.py" \
   -p no:cacheprovider -m "not packaging and not extras" --no-c-extensions -n 2 -q) \
   || fail "the suite failed against the sdist installed without a compiler"
 

@@ -1,0 +1,1 @@
+"""The agent framework adapters: LangChain and LangGraph, the OpenAI Agents SDK."""

@@ -1,0 +1,1 @@
+"""The compress handlers, alone and inside the adapters."""

@@ -1,0 +1,1 @@
+"""What the test modules share: strategies, hostile objects, the command line and JSONL helpers, the documentation's examples."""

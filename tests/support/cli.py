@@ -1,0 +1,92 @@
+"""Helpers the test modules share."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from importlib import resources
+from pathlib import Path
+
+import psutil
+import pytest
+
+from contextpolicy.synthetic import make_transcript
+
+SCRIPT = Path(sys.executable).parent / ("contextpolicy.exe" if os.name == "nt" else "contextpolicy")
+
+
+EXAMPLES = Path(str(resources.files("contextpolicy").joinpath("examples")))
+
+
+SEED_POLICY = json.loads((EXAMPLES / "policy-reduce.json").read_text())
+
+
+def run(*args, stdin=None, cwd=None, timeout=120, env=None):
+    # The installed script, never a skip: a missing script is a failed install.
+    assert SCRIPT.exists(), f"the console script is not installed at {SCRIPT}"
+    return subprocess.run(
+        [str(SCRIPT), *map(str, args)], input=stdin, capture_output=True, cwd=cwd,
+        timeout=timeout, env=None if env is None else {**os.environ, **env},
+    )
+
+
+def write_corpus(path: Path, n: int, seed: int = 0, size=(8, 80), repeat: int = 1) -> list[dict]:
+    """``n`` generated transcripts, written ``repeat`` times over (generating is the slow part)."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    docs = []
+    for i in range(n):
+        messages = make_transcript(int(rng.integers(*size)), seed=seed * 1000 + i)
+        docs.append({"id": f"c{i}", "tenant": "acme", "messages": messages})
+    text = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs)
+    path.write_text(text * repeat, "utf-8")
+    return docs
+
+
+@pytest.fixture
+def workdir(tmp_path):
+    (tmp_path / "policy.json").write_text(json.dumps(SEED_POLICY))
+    return tmp_path
+
+
+def leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith(".tmp"))
+
+
+def workers_of(pid: int) -> list[psutil.Process]:
+    """The worker processes of the run ``pid``: its child processes, but not the helpers that
+    multiprocessing starts for spawn and forkserver (its resource tracker, and the fork server,
+    whose children the workers are then)."""
+    workers = []
+    for child in psutil.Process(pid).children():
+        command = " ".join(child.cmdline())
+        if "multiprocessing.resource_tracker" in command:
+            continue
+        if "multiprocessing.forkserver" in command:
+            workers += child.children()
+        else:
+            workers.append(child)
+    return workers
+
+
+def running(process: psutil.Process) -> bool:
+    try:
+        return process.is_running() and process.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+OBJECT_PATH_POLICY = {"mode": "reduce", "triggerChars": 1800, "targetInputChars": 1500,
+                      "steps": [{"id": "clear", "kind": "compress", "fragmentId": "history",
+                                 "handlerId": "clear-tool-results", "targetChars": 1000},
+                                {"id": "trim", "kind": "trim", "fragmentId": "history",
+                                 "targetChars": 1000, "keepGroups": 2}]}
+
+
+def with_workers(workdir: Path) -> list[str]:
+    """The arguments of a run on the object path (see OBJECT_PATH_POLICY)."""
+    (workdir / "objects.json").write_text(json.dumps(OBJECT_PATH_POLICY))
+    return ["--policy", "objects.json", "--handler", "clear-tool-results"]
