@@ -6,6 +6,8 @@ from contextpolicy._records import (
     FragmentFigures,
     FusedRecord,
     KernelWarning,
+    RowsRecord,
+    RowWarnings,
     StepRecord,
 )
 

@@ -202,51 +202,138 @@ cdef int64_t* _trim_specs(tuple steps, Py_ssize_t nsteps) except NULL:
     return spec
 
 
+cdef struct _RowOut:
+    # What one row became (the values of reduce_rows' arrays at its index).
+    int64_t head, cut, tail, before, after, groups
+    uint8_t fired, missed
+
+
+cdef void _reduce_row(_Rows* s, Py_ssize_t r, Py_ssize_t a, Py_ssize_t b, const int64_t* spec,
+                      Py_ssize_t nsteps, int64_t trigger_chars, int64_t watermark_chars,
+                      _RowOut* out) noexcept nogil:
+    # Row r (messages a:b): split, trimmed step by step, its pairing warnings written.
+    cdef const int8_t* roles = s.roles
+    cdef const uint8_t* flags = s.flags
+    cdef const int64_t* chars = s.chars
+    cdef Py_ssize_t i, k, head = a, tail = b, h0, cut, a_lo, a_hi
+    cdef int64_t total = 0, removed = 0, groups = 0, history = 0, ngroups_seen = 0
+    cdef bint fired, floor = False
+    cdef uint8_t any_tool
+    while head < b and (roles[head] == CP_ROLE_SYSTEM or roles[head] == CP_ROLE_DEVELOPER):
+        head += 1
+    if tail > head and roles[b - 1] == R_USER and not (flags[b - 1] & F_RESULT):
+        tail -= 1
+    for i in range(a, b):
+        total += chars[i]
+    out.before = total
+    fired = trigger_chars >= 0 and total > trigger_chars
+    h0 = head
+    for i in range(head, tail):
+        history += chars[i]
+    for k in range(nsteps):
+        if not fired or not (watermark_chars >= 0 and total > watermark_chars):
+            continue
+        cut = _rows_cut(s, h0, tail, <int>spec[3 * k], spec[3 * k + 1], spec[3 * k + 2],
+                        &removed, &ngroups_seen)
+        for i in range(h0, cut):
+            total -= chars[i]
+            history -= chars[i]
+        # The step's fragment is left above its target: the keepGroups floor.
+        floor = floor or history > spec[3 * k + 2]
+        if cut == h0:
+            continue
+        groups += removed
+        h0 = cut
+    for k in range(3):
+        if k == 0:
+            a_lo, a_hi = a, head
+        elif k == 1:
+            a_lo, a_hi = h0, tail
+        else:
+            a_lo, a_hi = tail, b
+        any_tool = 0
+        for i in range(a_lo, a_hi):
+            any_tool |= flags[i]
+        if any_tool & (F_RESULT | F_CALLS):
+            _rows_warnings(s, r, <int>k, a_lo, a_hi)
+    out.head, out.cut, out.tail = head, h0, tail
+    out.after, out.groups, out.fired = total, groups, fired
+    out.missed = CP_MISSED_NONE
+    if fired and watermark_chars >= 0 and total > watermark_chars:
+        # What no trim may reduce: all but the history (and the history too without one).
+        out.missed = _missed_code((total - history if nsteps else total) > watermark_chars,
+                                  False, floor)
+
+
+cdef class _RowArrays:
+    # reduce_rows' arguments, converted and checked once; the codes and offsets that bound the
+    # loops are private copies no other thread can change while the rows run without the GIL.
+    cdef const int8_t[::1] roles
+    cdef const uint8_t[::1] flags, skip
+    cdef const int64_t[::1] chars, call_codes, result_codes, off, coff, roff
+    cdef Py_ssize_t m, n, longest, nsteps
+    cdef int64_t used
+    cdef int64_t* spec  # (grouping, keep_groups, target_chars) per step
+
+    def __cinit__(self):
+        self.spec = NULL
+
+    def __dealloc__(self):
+        free(self.spec)
+
+    def __init__(self, list_offsets, roles_in, flags_in, chars_in, call_offsets,
+                 call_codes_in, result_offsets, result_codes_in, int64_t ncodes, tuple steps,
+                 skip_in):
+        self.roles = np.ascontiguousarray(roles_in, dtype=np.int8)
+        self.flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
+        self.chars = np.ascontiguousarray(chars_in, dtype=np.int64)
+        self.call_codes = np.array(np.ascontiguousarray(call_codes_in, dtype=np.int64),
+                                   copy=True)
+        self.result_codes = np.array(np.ascontiguousarray(result_codes_in, dtype=np.int64),
+                                     copy=True)
+        cdef Py_ssize_t m = self.flags.shape[0]
+        self.m = m
+        self.off = _as_offsets(list_offsets, m, "reduce_rows", True)
+        if self.roles.shape[0] != m or self.chars.shape[0] != m:
+            raise ValueError("roles, flags and chars differ in length")
+        if len(call_offsets) != m + 1:
+            raise ValueError(f"call_offsets: expected {m + 1} entries, got {len(call_offsets)}")
+        # Read without the GIL only where there are codes: then a copy of their own.
+        self.coff = _as_offsets(call_offsets, self.call_codes.shape[0], "reduce_rows",
+                                self.call_codes.shape[0] > 0)
+        if len(result_offsets) != m + 1:
+            raise ValueError(
+                f"result_offsets: expected {m + 1} entries, got {len(result_offsets)}")
+        self.roff = _as_offsets(result_offsets, self.result_codes.shape[0], "reduce_rows",
+                                self.result_codes.shape[0] > 0)
+        cdef Py_ssize_t r, n = self.off.shape[0] - 1
+        self.n = n
+        # The state covers the codes in use, whatever ncodes claims.
+        self.used = _codes_used(self.call_codes, self.result_codes, ncodes)
+        _check_row_chars(self.chars, self.off, n)
+        self.nsteps = len(steps)
+        self.spec = _trim_specs(steps, self.nsteps)
+        skip_a = np.zeros(n, dtype=np.uint8) if skip_in is None else np.ascontiguousarray(
+            skip_in, dtype=np.uint8)
+        if skip_a.shape[0] != n:
+            raise ValueError(f"skip: expected {n} entries, got {skip_a.shape[0]}")
+        self.skip = skip_a
+        self.longest = 0
+        for r in range(n):
+            if self.off[r + 1] - self.off[r] > self.longest:
+                self.longest = self.off[r + 1] - self.off[r]
+
+
 def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_codes_in,
                 result_offsets, result_codes_in, int64_t ncodes, tuple steps,
                 int64_t trigger_chars, int64_t watermark_chars, skip_in=None):
     """:func:`reduce_transcript` of many transcripts held as arrays, in one call (see the
     twin)."""
-    cdef const int8_t[::1] roles = np.ascontiguousarray(roles_in, dtype=np.int8)
-    cdef const uint8_t[::1] flags = np.ascontiguousarray(flags_in, dtype=np.uint8)
-    cdef const int64_t[::1] chars = np.ascontiguousarray(chars_in, dtype=np.int64)
-    # Codes index the pairing state and offsets bound every loop: private copies, checked
-    # once, that no other thread can change while the rows run without the GIL.
-    cdef const int64_t[::1] call_codes = np.array(
-        np.ascontiguousarray(call_codes_in, dtype=np.int64), copy=True)
-    cdef const int64_t[::1] result_codes = np.array(
-        np.ascontiguousarray(result_codes_in, dtype=np.int64), copy=True)
-    cdef Py_ssize_t m = flags.shape[0]
-    off_a = _as_offsets(list_offsets, m, "reduce_rows", True)
-    cdef const int64_t[::1] off = off_a
-    if roles.shape[0] != m or chars.shape[0] != m:
-        raise ValueError("roles, flags and chars differ in length")
-    if len(call_offsets) != m + 1:
-        raise ValueError(f"call_offsets: expected {m + 1} entries, got {len(call_offsets)}")
-    # Read without the GIL only where there are codes: then a copy of their own.
-    coff_a = _as_offsets(call_offsets, call_codes.shape[0], "reduce_rows",
-                         call_codes.shape[0] > 0)
-    cdef const int64_t[::1] coff = coff_a
-    if len(result_offsets) != m + 1:
-        raise ValueError(f"result_offsets: expected {m + 1} entries, got {len(result_offsets)}")
-    roff_a = _as_offsets(result_offsets, result_codes.shape[0], "reduce_rows",
-                         result_codes.shape[0] > 0)
-    cdef const int64_t[::1] roff = roff_a
-    cdef Py_ssize_t i, r, n = off.shape[0] - 1, longest = 0
-    # The state covers the codes in use, whatever ncodes claims.
-    cdef int64_t used = _codes_used(call_codes, result_codes, ncodes)
-    _check_row_chars(chars, off, n)
-    cdef Py_ssize_t nsteps = len(steps)
-    cdef int64_t* spec = _trim_specs(steps, nsteps)
-    skip_a = np.zeros(n, dtype=np.uint8) if skip_in is None else np.ascontiguousarray(
-        skip_in, dtype=np.uint8)
-    if skip_a.shape[0] != n:
-        free(spec)
-        raise ValueError(f"skip: expected {n} entries, got {skip_a.shape[0]}")
-    cdef const uint8_t[::1] skip = skip_a
-    for r in range(n):
-        if off[r + 1] - off[r] > longest:
-            longest = off[r + 1] - off[r]
+    cdef _RowArrays x = _RowArrays(list_offsets, roles_in, flags_in, chars_in, call_offsets,
+                                   call_codes_in, result_offsets, result_codes_in, ncodes,
+                                   steps, skip_in)
+    cdef Py_ssize_t r, n = x.n, m = x.m, longest = x.longest
+    cdef Py_ssize_t ncalls = x.call_codes.shape[0], nresults = x.result_codes.shape[0]
     outs = [np.zeros(n, dtype=np.int64) for _ in range(6)]
     cdef int64_t[::1] o_head = outs[0], o_cut = outs[1], o_tail = outs[2]
     cdef int64_t[::1] o_before = outs[3], o_after = outs[4], o_groups = outs[5]
@@ -255,24 +342,24 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     missed_a = np.zeros(n, dtype=np.uint8)
     cdef uint8_t[::1] o_missed = missed_a
     # At most one orphan per result and one unanswered call per call.
-    cdef Py_ssize_t cap = result_codes.shape[0] + call_codes.shape[0]
+    cdef Py_ssize_t cap = nresults + ncalls
     warn = [np.empty(cap, dtype=np.int64) for _ in range(5)]
     cdef int64_t[::1] w0 = warn[0], w1 = warn[1], w2 = warn[2], w3 = warn[3], w4 = warn[4]
     # One entry per code in use, in three arrays (a size computed in Python: never a wrap).
-    states = [np.zeros(<object>used + 1, dtype=np.int64) for _ in range(3)]
+    states = [np.zeros(<object>x.used + 1, dtype=np.int64) for _ in range(3)]
     scratch = np.zeros(2 * longest + 1, dtype=np.int64)
-    orphans = np.zeros(result_codes.shape[0] + 1, dtype=np.int64)
+    orphans = np.zeros(nresults + 1, dtype=np.int64)
     cdef int64_t[::1] st0 = states[0], st1 = states[1], st2 = states[2]
     cdef int64_t[::1] sc = scratch, orph = orphans
     cdef _Rows s
-    cdef int64_t dummy = 0, ngroups_seen = 0
-    s.roles = &roles[0] if m else NULL
-    s.flags = &flags[0] if m else NULL
-    s.chars = &chars[0] if m else NULL
-    s.call_off = &coff[0] if call_codes.shape[0] else NULL  # (all empty ranges without codes)
-    s.call_codes = &call_codes[0] if call_codes.shape[0] else NULL
-    s.res_off = &roff[0] if result_codes.shape[0] else NULL
-    s.result_codes = &result_codes[0] if result_codes.shape[0] else NULL
+    cdef int64_t dummy = 0
+    s.roles = &x.roles[0] if m else NULL
+    s.flags = &x.flags[0] if m else NULL
+    s.chars = &x.chars[0] if m else NULL
+    s.call_off = &x.coff[0] if ncalls else NULL  # (all empty ranges without codes)
+    s.call_codes = &x.call_codes[0] if ncalls else NULL
+    s.res_off = &x.roff[0] if nresults else NULL
+    s.result_codes = &x.result_codes[0] if nresults else NULL
     s.called = &st0[0]
     s.pend_stamp = &st1[0]
     s.pend_at = &st2[0]
@@ -286,69 +373,17 @@ def reduce_rows(list_offsets, roles_in, flags_in, chars_in, call_offsets, call_c
     s.w_code = &w3[0] if cap else &dummy
     s.w_id = &w4[0] if cap else &dummy
     s.nwarn = 0
-    cdef Py_ssize_t a, b, head, tail, h0, cut, k, a_lo, a_hi
-    cdef int64_t total, removed, groups, history
-    cdef bint fired, floor
-    cdef uint8_t any_tool
+    cdef const int64_t[::1] off = x.off
+    cdef const uint8_t[::1] skip = x.skip
+    cdef _RowOut row
     with nogil:
         for r in range(n):
             if skip[r]:
                 continue
-            a = off[r]
-            b = off[r + 1]
-            head = a
-            while head < b and (roles[head] == CP_ROLE_SYSTEM or roles[head] == CP_ROLE_DEVELOPER):
-                head += 1
-            tail = b
-            if tail > head and roles[b - 1] == R_USER and not (flags[b - 1] & F_RESULT):
-                tail -= 1
-            total = 0
-            for i in range(a, b):
-                total += chars[i]
-            o_before[r] = total
-            fired = trigger_chars >= 0 and total > trigger_chars
-            h0 = head
-            groups = 0
-            history = 0
-            for i in range(head, tail):
-                history += chars[i]
-            floor = False
-            for k in range(nsteps):
-                if not fired or not (watermark_chars >= 0 and total > watermark_chars):
-                    continue
-                cut = _rows_cut(&s, h0, tail, <int>spec[3 * k], spec[3 * k + 1],
-                                spec[3 * k + 2], &removed, &ngroups_seen)
-                for i in range(h0, cut):
-                    total -= chars[i]
-                    history -= chars[i]
-                # The step's fragment is left above its target: the keepGroups floor.
-                floor = floor or history > spec[3 * k + 2]
-                if cut == h0:
-                    continue
-                groups += removed
-                h0 = cut
-            for k in range(3):
-                if k == 0:
-                    a_lo, a_hi = a, head
-                elif k == 1:
-                    a_lo, a_hi = h0, tail
-                else:
-                    a_lo, a_hi = tail, b
-                any_tool = 0
-                for i in range(a_lo, a_hi):
-                    any_tool |= flags[i]
-                if any_tool & (F_RESULT | F_CALLS):
-                    _rows_warnings(&s, r, <int>k, a_lo, a_hi)
-            o_head[r] = head
-            o_cut[r] = h0
-            o_tail[r] = tail
-            o_after[r] = total
-            o_groups[r] = groups
-            o_fired[r] = fired
-            if fired and watermark_chars >= 0 and total > watermark_chars:
-                # What no trim may reduce: all but the history (and the history too without one).
-                o_missed[r] = _missed_code(
-                    (total - history if nsteps else total) > watermark_chars, False, floor)
-    free(spec)
+            _reduce_row(&s, r, off[r], off[r + 1], x.spec, x.nsteps, trigger_chars,
+                        watermark_chars, &row)
+            o_head[r], o_cut[r], o_tail[r] = row.head, row.cut, row.tail
+            o_before[r], o_after[r], o_groups[r] = row.before, row.after, row.groups
+            o_fired[r], o_missed[r] = row.fired, row.missed
     nwarn = s.nwarn
-    return (*outs, fired_a, missed_a, tuple([w[:nwarn].copy() for w in warn]))
+    return RowsRecord(*outs, fired_a, missed_a, RowWarnings(*[w[:nwarn].copy() for w in warn]))

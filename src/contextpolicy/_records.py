@@ -73,4 +73,36 @@ class FusedRecord(NamedTuple):
     watermark_met: bool
 
 
+class RowWarnings(NamedTuple):
+    """The pairing warnings of many rows (``reduce_rows``), an int64 array per field: the row,
+    the fragment (0 system, 1 history, 2 question), the message's index within it, the code
+    (``ORPHAN_CODE`` or ``UNANSWERED_CODE``) and the tool call id's code (-1: none)."""
+
+    row: Any
+    fragment: Any
+    message_index: Any
+    code: Any
+    id: Any
+
+
+class RowsRecord(NamedTuple):
+    """Many transcripts reduced at once (``reduce_rows``), an array per field with a value
+    per row: where the system fragment ends (``head``), where the kept history begins
+    (``cut``) and where the question begins (``tail``), as absolute message indices; the chars
+    before and after; the groups removed; whether the trigger fired; the code of the report's
+    ``missedReason`` (its index in ``MISSED_REASONS`` + 1, 0 for none); and the
+    :class:`RowWarnings`."""
+
+    head: Any
+    cut: Any
+    tail: Any
+    chars_before: Any
+    chars_after: Any
+    groups_removed: Any
+    triggered: Any
+    missed: Any
+    warnings: RowWarnings
+
+
+# The records made in C, as tuples (csrc/records.h): each a named tuple with nothing of its own.
 RECORDS = (FragmentFigures, StepRecord, KernelWarning, FusedRecord)

@@ -12,6 +12,7 @@ from ._c_args import c_array, c_int, c_tuple, c_unpack
 from ._columns_py import _check_offsets
 from ._kernel_names import ORPHAN_CODE, UNANSWERED_CODE
 from ._pairing_py import group_offsets, trim_cut
+from ._records import RowsRecord, RowWarnings
 from ._tables import (
     FLAG_TOOL_CALLS,
     FLAG_TOOL_RESULT,
@@ -187,7 +188,7 @@ def reduce_rows(
     result_offsets: Any, result_codes: Any, ncodes: int,
     steps: tuple[tuple[int, int, int], ...], trigger_chars: int, watermark_chars: int,
     skip: Any = None,
-) -> tuple[Any, ...]:
+) -> RowsRecord:
     """:func:`reduce_transcript` of many transcripts held as arrays, in one call.
 
     ``list_offsets`` delimit each transcript's messages in ``roles``, ``flags`` and ``chars``
@@ -198,13 +199,9 @@ def reduce_rows(
     ``(grouping, keep_groups, target_chars)`` per trim of the history; rows where ``skip`` is
     set are left at zero.
 
-    Returns per row ``(head, cut, tail, chars_before, chars_after, groups_removed, fired,
-    missed)`` (``messages[a:head]`` the system fragment, ``messages[cut:tail]`` the kept
-    history, ``messages[tail:b]`` the question, as absolute message indices; ``missed`` the
-    code of the report's ``missedReason``, its index in ``MISSED_REASONS`` + 1, 0 for none) and
-    the pairing warnings of the result as arrays ``(row, fragment, index, code, id)``
-    (fragment 0 system, 1 history, 2 question; the index within its fragment; code
-    :data:`ORPHAN_CODE` or :data:`UNANSWERED_CODE`).
+    Returns a :class:`~contextpolicy._records.RowsRecord`: ``messages[a:head]`` is a row's
+    system fragment, ``messages[cut:tail]`` its kept history, ``messages[tail:b]`` its
+    question.
     """
     ncodes = c_int(ncodes)
     trigger_chars, watermark_chars = c_int(trigger_chars), c_int(watermark_chars)
@@ -246,5 +243,6 @@ def reduce_rows(
             fixed = total - history if rows.specs else total
             missed_out[r] = missed_code(fixed > watermark_chars, False, floor)
     w = np.array(warn, dtype=np.int64).reshape(-1, 5)
-    return (*out, fired_out, missed_out,
-            tuple(np.ascontiguousarray(w[:, k]) for k in range(5)))
+    columns = [np.ascontiguousarray(w[:, k]) for k in range(5)]
+    return RowsRecord(out[0], out[1], out[2], out[3], out[4], out[5], fired_out, missed_out,
+                      RowWarnings(columns[0], columns[1], columns[2], columns[3], columns[4]))

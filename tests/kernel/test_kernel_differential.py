@@ -379,7 +379,7 @@ def test_reduce_rows_rejects_what_it_cannot_read(differential):
     ok = (np.array([0, 2]), np.array([3, 4], dtype=np.int8), np.array([1, 0], dtype=np.uint8),
           np.array([5, 5]), np.array([0, 0, 0]), np.array([], dtype=np.int64),
           np.array([0, 0, 0]), np.array([], dtype=np.int64), 0, ((0, 0, 0),), 1, 1)
-    assert differential("reduce_rows", *ok)[1].tolist() == [2]  # the whole history cut
+    assert differential("reduce_rows", *ok).cut.tolist() == [2]  # the whole history cut
     bad = {
         0: np.array([0, 3]),  # offsets past the messages
         3: np.array([5, -1]),  # negative chars
@@ -401,7 +401,7 @@ def test_reduce_rows_rejects_what_it_cannot_read(differential):
     with pytest.raises(ValueError):  # a result code outside the dictionary
         differential("reduce_rows", *ok[:6], np.array([0, 1, 1]), np.array([3]), 1, *ok[9:])
     # A dictionary said to be vast costs nothing: the state covers the codes in use.
-    assert differential("reduce_rows", *ok[:8], 1 << 62, *ok[9:])[1].tolist() == [2]
+    assert differential("reduce_rows", *ok[:8], 1 << 62, *ok[9:]).cut.tolist() == [2]
 
 
 @pytest.mark.c_extension
@@ -431,7 +431,7 @@ def test_reduce_rows_never_trusts_sizes(differential):
             np.array([1, 1], dtype=np.uint8), np.array([5, 5]), np.zeros(3, np.int64),
             np.array([], dtype=np.int64), np.zeros(3, np.int64), np.array([], dtype=np.int64),
             0, ((0, 0, 0),), 1, 1)
-    assert differential("reduce_rows", *base, np.array([0.5, 0]))[3].tolist() == [5, 5]
+    assert differential("reduce_rows", *base, np.array([0.5, 0])).chars_before.tolist() == [5, 5]
     with pytest.raises(ValueError):
         differential("reduce_rows", *base[:3], np.array([2**64 - 1, 0], dtype=np.uint64),
                      *base[4:])
@@ -867,13 +867,13 @@ ARGUMENT_CALLS = {
         _MSGS, (("history", v, 0, 1),), 0, 0)[4],
     "reduce_transcript(step keep, not fired)": lambda k, v: k.reduce_transcript(
         _MSGS, (("history", 0, v, 1),), 100, 0)[4],
-    "reduce_rows(ncodes)": lambda k, v: k.reduce_rows(*_ROWS, v, ((0, 0, 1),), 0, 0)[1],
-    "reduce_rows(steps)": lambda k, v: k.reduce_rows(*_ROWS, 0, v, 0, 0)[1],
-    "reduce_rows(step keep)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((0, v, 1),), 0, 0)[1],
-    "reduce_rows(step grouping)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((v, 0, 1),), 0, 0)[1],
+    "reduce_rows(ncodes)": lambda k, v: k.reduce_rows(*_ROWS, v, ((0, 0, 1),), 0, 0).cut,
+    "reduce_rows(steps)": lambda k, v: k.reduce_rows(*_ROWS, 0, v, 0, 0).cut,
+    "reduce_rows(step keep)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((0, v, 1),), 0, 0).cut,
+    "reduce_rows(step grouping)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((v, 0, 1),), 0, 0).cut,
     "reduce_rows(call_codes)": lambda k, v: k.reduce_rows(*_ROWS[:5], v, *_ROWS[6:], 9,
                                                           ((0, 0, 1),), 0, 0)[1],
-    "reduce_rows(skip)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((0, 0, 1),), 0, 0, v)[1],
+    "reduce_rows(skip)": lambda k, v: k.reduce_rows(*_ROWS, 0, ((0, 0, 1),), 0, 0, v).cut,
     "gather_bits(bit_offset)": lambda k, v: k.gather_bits(b"\xff\x0f", v, [0], [3]),
     "gather_bits(starts)": lambda k, v: k.gather_bits(b"\xff\x0f", 0, v, [1]),
     "gather_offsets(offsets)": lambda k, v: k.gather_offsets(v, [0], [1]),

@@ -97,3 +97,32 @@ def test_both_kernels_build_the_same_record_classes_all_the_way_down(kernels, wa
     assert all(f == found[0] for f in found)
     assert set(found[0]) <= set(RECORDS) | {tuple}
     assert FusedRecord in found[0] and FragmentFigures in found[0]
+
+
+def test_many_rows_read_by_name_on_both_kernels(kernels):
+    import numpy as np
+
+    from contextpolicy._records import RowsRecord, RowWarnings
+    from contextpolicy._tables import MISSED_REASONS
+
+    # two rows: system, a call without its result, a long turn, the question; the second
+    # row a plain question
+    messages = [*MESSAGES[:3], {"role": "user", "content": "long " * 40},
+                {"role": "user", "content": "q?"}, {"role": "user", "content": "alone"}]
+    offsets = np.array([0, 5, 6])
+    for k in kernels:
+        roles, chars, flags, _ = k.measure_messages(messages)
+        calls = np.array([0, 0, 0, 1, 1, 1, 1])  # message 2 holds one call, code 0
+        rows = k.reduce_rows(offsets, roles, flags, chars, calls, np.array([0]),
+                             np.zeros(7, dtype=np.int64), np.array([], dtype=np.int64), 1,
+                             ((0, 1, 10),), 50, 40)
+        assert type(rows) is RowsRecord and type(rows.warnings) is RowWarnings
+        assert rows.head.tolist() == [1, 5] and rows.tail.tolist() == [4, 5]  # absolute
+        assert rows.cut.tolist() == [3, 5]  # the first turn (with its call) cut
+        assert rows.chars_before.tolist() == [8 + 120 + 1 + 200 + 2, 5]
+        assert rows.chars_after.tolist() == [8 + 200 + 2, 5]
+        assert rows.groups_removed.tolist() == [1, 0] and rows.triggered.tolist() == [1, 0]
+        # the kept turn alone is over its target (200 > 10), what no trim may reduce is not
+        assert rows.missed.tolist() == [MISSED_REASONS.index("keep-groups-floor") + 1, 0]
+        # the unanswered call is in the part cut: no warning is left
+        assert [len(v) for v in rows.warnings] == [0] * 5

@@ -21,7 +21,7 @@ import contextpolicy
 
 PACKAGE = Path(contextpolicy.__file__).resolve().parent
 CSRC = PACKAGE.parent.parent / "csrc"
-_POSITIONAL = {"Issue": 2, "duplicate_ids": 3, "_fail": 1}
+_POSITIONAL = {"Issue": 2, "duplicate_ids": 3, "_fail": 1, "KernelWarning": 2}
 
 
 def _name(node: ast.expr) -> str | None:

@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from .. import _kernel
+from .._records import RowsRecord
 from .._tables import (
     MISSED_REASONS,
     ROLE_OTHER,
@@ -131,11 +132,13 @@ class Chunk:
         run, n, offs = self.run, self.n, self.offs
         starts, lengths, figs = self.starts, self.lengths, self.figs
         assert run.steps is not None
-        head, cut, tail, before, after, groups, fired, codes, warn = _kernel.reduce_rows(
+        rows = _kernel.reduce_rows(
             offs, measured.roles, measured.flags, measured.chars, measured.call_offsets,
             measured.call_codes, measured.result_offsets, measured.result_codes,
             measured.ncodes, run.steps, run.trigger, run.watermark, self.slow.view(np.uint8),
         )
+        head, cut, before, after = rows.head, rows.cut, rows.chars_before, rows.chars_after
+        groups, fired, codes = rows.groups_removed, rows.triggered, rows.missed
         fast = ~self.slow
         a, b = offs[:-1], offs[1:]
         watermark = run.watermark
@@ -170,13 +173,12 @@ class Chunk:
             else:
                 self.reached_null[fast] = True
             self.changed = bool(np.any(cut[fast] != head[fast]))
-        self._columnar_warnings(measured, fast, head, cut, tail, warn)
+        self._columnar_warnings(measured, fast, rows)
 
-    def _columnar_warnings(self, measured: Measured, fast: Any, head: Any, cut: Any,
-                           tail: Any, warn: Any) -> None:
+    def _columnar_warnings(self, measured: Measured, fast: Any, rows: RowsRecord) -> None:
         pa = require_pyarrow()
         w_rows, w_cols = self.w_rows, self.w_cols
-        unknown = _unknown_roles(measured, fast, self.offs, head, cut, tail)
+        unknown = _unknown_roles(measured, fast, self.offs, rows.head, rows.cut, rows.tail)
         if unknown is not None:  # before the pairing warnings, as a report has them
             u_row, u_frag, u_index = unknown
             w_rows.append(u_row)
@@ -185,15 +187,15 @@ class Chunk:
             w_cols[1].append(pa.array(FRAGMENTS, type=pa.string()).take(pa.array(u_frag)))
             w_cols[2].append(pa.array(u_index, type=pa.int64()))
             w_cols[3].append(pa.nulls(len(u_row), type=pa.string()))
-        w_row, w_frag, w_index, w_code, w_id = warn
-        if len(w_row):
-            w_rows.append(w_row)
-            w_cols[0].append(pa.array(np.asarray(ROW_WARNING_CODES, dtype=object)[w_code],
+        warn = rows.warnings
+        if len(warn.row):
+            w_rows.append(warn.row)
+            w_cols[0].append(pa.array(np.asarray(ROW_WARNING_CODES, dtype=object)[warn.code],
                                       type=pa.string()))
             frag_names = pa.array(FRAGMENTS, type=pa.string())
-            w_cols[1].append(frag_names.take(pa.array(w_frag)))
-            w_cols[2].append(pa.array(w_index, type=pa.int64()))
-            w_cols[3].append(measured.id_strings(w_id).cast(pa.string()))
+            w_cols[1].append(frag_names.take(pa.array(warn.fragment)))
+            w_cols[2].append(pa.array(warn.message_index, type=pa.int64()))
+            w_cols[3].append(measured.id_strings(warn.id).cast(pa.string()))
 
     def _object_path(self, object_rows: Any) -> tuple[list[dict[str, Any]], dict[int, list[int]]]:
         """The rows that need objects, row by row through ``process_context``: their figures
