@@ -76,7 +76,8 @@ def check_entries(differential, worker: LineWorker, lines: list[bytes]) -> list[
             assert entry == b"" and raws[k] is None
             written.append(False)
             continue
-        expected = worker._report(record, data)[1:]
+        assert worker.scanned is not None
+        expected = worker.scanned.report_entry(record, data)[1:]
         if raws[k] is None:
             assert entry == expected, (lines[k], entry, expected)
             written.append(True)
@@ -85,7 +86,7 @@ def check_entries(differential, worker: LineWorker, lines: list[bytes]) -> list[
             assert raws[k] == record
             records, span = record
             ident = None if span is None else data[span[0]:span[1]]
-            assert records[5] or not _report_lines_py._written_back(ident), ident
+            assert records.warnings or not _report_lines_py._written_back(ident), ident
             written.append(False)
     assert at == len(entries)
     return written

@@ -3,7 +3,6 @@ reading a transcript as bytes in the kernel where the policy allows and as objec
 
 from __future__ import annotations
 
-import bisect
 import copy
 import os
 from collections.abc import Callable, Iterable, Iterator
@@ -12,7 +11,6 @@ from typing import Any
 import orjson
 
 from .. import _kernel
-from .._tables import LINE_FIGURE
 from ..core import process_context
 from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
 from ..fused import fused_report_json
@@ -33,9 +31,9 @@ from .results import (
     LineError,
     LineResult,
     fused_figures,
-    line_run_figures,
     report_figures,
 )
+from .scanned import POLL_BYTES, ScannedLines
 from .templates import FusedReports
 
 __all__ = ["GC_GEN0_THRESHOLD", "POLL_BYTES", "QUEUED", "LineWorker", "in_process"]
@@ -44,13 +42,6 @@ __all__ = ["GC_GEN0_THRESHOLD", "POLL_BYTES", "QUEUED", "LineWorker", "in_proces
 READ_BUFFER_SLACK = 256 << 10
 # Ranges queued for each worker process, so that it never waits for the next one.
 QUEUED = 2
-# While the main process works through a range itself, it collects finished ranges from the
-# workers after about this much input, so a worker is never left waiting to hand one over.
-POLL_BYTES = 256 << 10
-# Lines read as bytes go to the kernel in chunks of about this much input when they come back as
-# runs (the kernel reads them at gigabytes a second: a chunk is a millisecond or so of work, and
-# its output is one allocation), and of POLL_BYTES when every line has a result of its own.
-SCAN_CHUNK_BYTES = 1 << 20
 # A parsed transcript is thousands of acyclic dicts and lists that reference counting frees the
 # moment the line is done; collecting after every 700 of them (the default) only walks them in
 # vain. Cycles are still collected, every this many container allocations.
@@ -99,6 +90,10 @@ class LineWorker:
                                  for fid in ("system", "history", "question")}
         self.scan = self.fused is not None and self.byte_path
         self.reports = FusedReports(prepared, self.transcript_kinds)
+        # Lines read as bytes (when scan is on: a policy the kernel runs in one call).
+        self.scanned = None if path is None else ScannedLines(
+            prepared, path, self.reports, runs=runs, with_reports=with_reports,
+            reduces=self.reduces)
 
     def line(self, number: int, raw: bytes | memoryview) -> LineResult:
         exact = number in self._exact if self._checked else bool(long_digit_runs(raw))
@@ -222,8 +217,9 @@ class LineWorker:
         """Results of a batch, and how many lines it spanned (line numbers within a file range
         count from 1; the caller, who knows where the range starts, makes them absolute).
         ``between`` is called after every ``POLL_BYTES`` or so of input."""
+        scanned = self.scanned if self.scan else None
         if not isinstance(batch, FileRange):
-            if self.scan:
+            if scanned is not None:
                 joined = b"\n".join(raw for _, raw in batch)
                 starts, stops, at = [], [], 0
                 for _, raw in batch:
@@ -231,8 +227,8 @@ class LineWorker:
                     at += len(raw)
                     stops.append(at)
                     at += 1
-                return 0, self._scanned(joined, [number for number, _ in batch], starts, stops,
-                                        between)
+                return 0, scanned.results(joined, [number for number, _ in batch], starts, stops,
+                                          between, self.line)
             if len(batch) == 1:
                 runs = long_digit_runs(batch[0][1])
                 exact = {batch[0][0]} if runs else set()
@@ -258,11 +254,11 @@ class LineWorker:
             self._buffer = bytearray()
             self._buffer = bytearray(batch.length + max(READ_BUFFER_SLACK, batch.length // 4))
         read_file_range(fd, batch, self._buffer)
-        if self.scan:
+        if scanned is not None:
             count, numbers_a, starts_a, stops_a = _kernel.line_bounds(self._buffer, 0,
                                                                       batch.length)
-            return count, self._scanned(self._buffer, numbers_a.tolist(), starts_a.tolist(),
-                                        stops_a.tolist(), between)
+            return count, scanned.results(self._buffer, numbers_a.tolist(), starts_a.tolist(),
+                                          stops_a.tolist(), between, self.line)
         count, lines, starts = read_range(self._buffer, FileRange(batch.path, 0, batch.length))
         if lines:
             with memoryview(self._buffer)[:batch.length] as data:
@@ -272,104 +268,6 @@ class LineWorker:
         results = self._checked_lines(lines, exact, between)
         del lines
         return count, results
-
-    def _scanned(
-        self, data: bytes | bytearray, numbers: list[int], starts: list[int], stops: list[int],
-        between: Callable[[], None] | None,
-    ) -> list[LineResult]:
-        """Results of the lines of ``data`` (numbered ``numbers``, from ``starts`` to ``stops``)
-        read as bytes, a chunk of about ``POLL_BYTES`` at a time: consecutive lines of the byte
-        path as one run (``runs``, without reports) or one result per line, the others through
-        the object path."""
-        results: list[LineResult] = []
-        steps = self.fused
-        assert steps is not None
-        per_line = not self.runs
-        with_reports = self.with_reports
-        chunk = POLL_BYTES if per_line else SCAN_CHUNK_BYTES
-        # A run's report entries written by the kernel from the policy's template.
-        template = self.reports.entry_template() if with_reports and not per_line else None
-        entries = b""
-        entry_at: list[int] = []
-        n = len(starts)
-        begin = 0
-        while begin < n:
-            # the lines up to the first that ends a chunk past where this one begins
-            end = min(bisect.bisect_left(stops, starts[begin] + chunk, begin) + 1, n)
-            raws: list[Any] | None
-            if template is not None:
-                out, ends, figures, written, entry_ends, raws = _kernel.report_lines(
-                    data, starts[begin:end], stops[begin:end], steps, self.trigger,
-                    self.watermark, template)
-                entries, entry_at = bytes(written), [0, *entry_ends.tolist()]
-                del written
-            else:
-                out, ends, figures, raws = _kernel.reduce_lines(
-                    data, starts[begin:end], stops[begin:end], steps, self.trigger,
-                    self.watermark, per_line or with_reports)
-            handled = figures[:, LINE_FIGURE["handled"]].tolist()
-            offsets = [0, *ends.tolist()]
-            if not per_line and not with_reports and all(handled):
-                # the chunk is one run: its output as it is
-                results.append(self._run(numbers[begin], out, figures.sum(axis=0).tolist(),
-                                         end - begin))
-                k = end - begin
-            else:
-                k = 0
-            while k < end - begin:
-                number = numbers[begin + k]
-                if not handled[k]:
-                    with memoryview(data) as view:
-                        raw = view[starts[begin + k]:stops[begin + k]]
-                        results.append(self.line(number, raw))
-                        raw.release()
-                    k += 1
-                    continue
-                if per_line:
-                    assert raws is not None
-                    results.append(self._scanned_line(
-                        number, bytes(out[offsets[k]:offsets[k + 1]]), raws[k], data))
-                    k += 1
-                    continue
-                run = k
-                while k < end - begin and handled[k]:
-                    k += 1
-                result = self._run(number, out[offsets[run]:offsets[k]],
-                                   figures[run:k].sum(axis=0).tolist(), k - run)
-                if with_reports:
-                    assert raws is not None
-                    result.reports = [
-                        (numbers[begin + j], self._report(raws[j], data)[1:]
-                         if raws[j] is not None else entries[entry_at[j]:entry_at[j + 1]])
-                        for j in range(run, k)]
-                results.append(result)
-            begin = end
-            if between is not None:
-                between()
-        return results
-
-    def _run(self, number: int, output: bytes | bytearray, sums: list[int], count: int,
-             ) -> LineResult:
-        return LineResult(number, output=output, figures=line_run_figures(sums, self.reduces),
-                          lines=count, scanned=count)
-
-    def _scanned_line(self, number: int, output: bytes, record: Any,
-                      data: bytes | bytearray) -> LineResult:
-        raw, _ = record  # the records, and the span of the line's id
-        figures = fused_figures(raw, self.reduces and raw.watermark_met, self.prepared)
-        line = LineResult(number, output=output, figures=figures, scanned=1)
-        if self.with_reports:
-            line.report = self._report(record, data)
-        return line
-
-    def _report(self, record: Any, data: bytes | bytearray) -> bytes:
-        """The report entry of a line read as bytes (its line number is put in front later)."""
-        raw, id_span = record
-        ident = None
-        if id_span is not None:
-            piece = bytes(data[id_span[0]:id_span[1]])
-            ident = reread_exactly(piece) if long_digit_runs(piece) else orjson.loads(piece)
-        return b'{"id":%b,"report":%b}' % (dumps(ident), self.reports.render(raw))
 
     def _checked_lines(
         self, lines: list[Any], exact: set[int], between: Callable[[], None] | None,
