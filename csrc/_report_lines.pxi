@@ -350,6 +350,75 @@ cdef enum:
     _CUTS = 6
 
 
+cdef int _line_warnings(_LineReducer r, _LineScan sc, const uint8_t* p, _Rows* s,
+                       Py_ssize_t head, Py_ssize_t h0, Py_ssize_t tail,
+                       int64_t* counts) except -1 nogil:
+    # The pairing warnings of a line's result, fragment by fragment (in s), and its unknown
+    # roles (a warning per role and fragment): counts gets the orphans, the unanswered calls
+    # and the unknown-role warnings.
+    cdef Py_ssize_t f, i, a_lo, a_hi
+    cdef Py_ssize_t bounds[4]
+    bounds[0], bounds[1], bounds[2], bounds[3] = 0, head, tail, sc.m
+    cdef uint8_t any_tool
+    counts[0] = counts[1] = counts[2] = 0
+    for f in range(3):
+        a_lo = h0 if f == 1 else bounds[f]
+        a_hi = bounds[f + 1]
+        any_tool = 0
+        for i in range(a_lo, a_hi):
+            any_tool |= sc.flags[i]
+        if any_tool & (F_RESULT | F_CALLS):
+            _rows_warnings(s, 0, f, a_lo, a_hi)
+        if any_tool & F_UNKNOWN:
+            counts[2] += r.unknown_roles(sc, p, a_lo, a_hi)
+    r.stamp = s.stamp
+    for i in range(s.nwarn):
+        if s.w_code[i] == 0:
+            counts[0] += 1
+        else:
+            counts[1] += 1
+    return 0
+
+
+cdef inline bint _json_space(uint8_t c) noexcept nogil:
+    return c == 32 or c == 9 or c == 10 or c == 13
+
+
+cdef Py_ssize_t _write_line(_LineScan sc, const uint8_t* p, Py_ssize_t lo, Py_ssize_t hi,
+                            Py_ssize_t head, Py_ssize_t h0, char* out,
+                            Py_ssize_t at) noexcept nogil:
+    # The line without the whitespace around it, written at out + at, its messages head:h0
+    # left out (the others copied byte for byte), and a newline; returns where it ends.
+    cdef Py_ssize_t i, j = 0, start = lo, stop = hi
+    while start < stop and _json_space(p[start]):
+        start += 1
+    while stop > start and _json_space(p[stop - 1]):
+        stop -= 1
+    if h0 == head:
+        memcpy(out + at, p + start, stop - start)
+        at += stop - start
+    else:
+        memcpy(out + at, p + start, sc.array_start - start)
+        at += sc.array_start - start
+        out[at] = 91  # [
+        at += 1
+        for i in range(sc.m):
+            if head <= i < h0:
+                continue
+            if j:
+                out[at] = 44  # ,
+                at += 1
+            j += 1
+            memcpy(out + at, p + sc.m_start[i], sc.m_end[i] - sc.m_start[i])
+            at += sc.m_end[i] - sc.m_start[i]
+        out[at] = 93  # ]
+        at += 1
+        memcpy(out + at, p + sc.array_end, stop - sc.array_end)
+        at += stop - sc.array_end
+    out[at] = 10
+    return at + 1
+
+
 cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_ssize_t lo,
                              Py_ssize_t hi, const int64_t* specs, Py_ssize_t nsteps,
                              int64_t trigger_chars, int64_t watermark_chars, char* out,
@@ -361,7 +430,7 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     # entries a step), where it split and cut in cut_out, its warnings in r.s.
     if sc.scan(p, lo, hi):
         return -1
-    cdef Py_ssize_t m = sc.m, head = 0, tail, h0, cut, i, j, f, a_lo, a_hi, k
+    cdef Py_ssize_t m = sc.m, head = 0, tail, h0, cut, k
     cdef Py_ssize_t ncodes = r.codes(sc, p)
     cdef _Rows* s = &r.s
     r.rows(sc, s, ncodes)
@@ -370,8 +439,6 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     tail = m
     if tail > head and sc.roles[m - 1] == R_USER and not (sc.flags[m - 1] & F_RESULT):
         tail -= 1
-    cdef Py_ssize_t bounds[4]
-    bounds[0], bounds[1], bounds[2], bounds[3] = 0, head, tail, m
     cdef int64_t total = _sum(sc.chars, 0, m), hist, kept_chars, removed, ngroups
     cdef bint fired = trigger_chars >= 0 and total > trigger_chars
     cdef int64_t b_chars = total
@@ -416,57 +483,9 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
         messages_removed += cut - h0
         groups_removed += removed
         h0 = cut
-    # pairing warnings of the result, fragment by fragment, and its unknown roles (a warning
-    # per role and fragment)
-    cdef uint8_t any_tool
-    cdef int64_t orphans = 0, unanswered = 0, unknown = 0
-    for f in range(3):
-        a_lo = h0 if f == 1 else bounds[f]
-        a_hi = bounds[f + 1]
-        any_tool = 0
-        for i in range(a_lo, a_hi):
-            any_tool |= sc.flags[i]
-        if any_tool & (F_RESULT | F_CALLS):
-            _rows_warnings(s, 0, f, a_lo, a_hi)
-        if any_tool & F_UNKNOWN:
-            unknown += r.unknown_roles(sc, p, a_lo, a_hi)
-    r.stamp = s.stamp
-    for i in range(s.nwarn):
-        if s.w_code[i] == 0:
-            orphans += 1
-        else:
-            unanswered += 1
-    # the line
-    cdef Py_ssize_t start = lo, stop = hi
-    while start < stop and (p[start] == 32 or p[start] == 9 or p[start] == 10 or p[start] == 13):
-        start += 1
-    while stop > start and (p[stop - 1] == 32 or p[stop - 1] == 9 or p[stop - 1] == 10
-                            or p[stop - 1] == 13):
-        stop -= 1
-    if h0 == head:
-        memcpy(out + at, p + start, stop - start)
-        at += stop - start
-    else:
-        memcpy(out + at, p + start, sc.array_start - start)
-        at += sc.array_start - start
-        out[at] = 91
-        at += 1
-        j = 0
-        for i in range(m):
-            if head <= i < h0:
-                continue
-            if j:
-                out[at] = 44
-                at += 1
-            j += 1
-            memcpy(out + at, p + sc.m_start[i], sc.m_end[i] - sc.m_start[i])
-            at += sc.m_end[i] - sc.m_start[i]
-        out[at] = 93
-        at += 1
-        memcpy(out + at, p + sc.array_end, stop - sc.array_end)
-        at += stop - sc.array_end
-    out[at] = 10
-    at += 1
+    cdef int64_t counts[3]  # orphans, unanswered calls, unknown roles
+    _line_warnings(r, sc, p, s, head, h0, tail, counts)
+    at = _write_line(sc, p, lo, hi, head, h0, out, at)
     cdef bint reached = not (watermark_chars >= 0 and total > watermark_chars)
     # Why a triggered line missed its target: what no trim may reduce (all but the history, and
     # the history too without a trim) over the target, else a keepGroups floor, else nothing
@@ -484,12 +503,12 @@ cdef Py_ssize_t _reduce_core(_LineReducer r, _LineScan sc, const uint8_t* p, Py_
     row[CP_FIGURE_MESSAGES_AFTER] = m - messages_removed
     row[CP_FIGURE_MESSAGES_REMOVED] = messages_removed
     row[CP_FIGURE_GROUPS_REMOVED] = groups_removed
-    row[CP_FIGURE_ORPHAN_RESULTS] = orphans
-    row[CP_FIGURE_UNANSWERED_CALLS] = unanswered
+    row[CP_FIGURE_ORPHAN_RESULTS] = counts[0]
+    row[CP_FIGURE_UNANSWERED_CALLS] = counts[1]
     row[CP_FIGURE_REDUCED] = total < b_chars or messages_removed > 0
     for k in range(CP_MISSED_COUNT):
         row[CP_FIGURE_MISSED + k] = missed == k + 1
-    row[CP_FIGURE_UNKNOWN_ROLES] = unknown
+    row[CP_FIGURE_UNKNOWN_ROLES] = counts[2]
     cut_out[_HEAD] = head
     cut_out[_TAIL] = tail
     cut_out[_KEPT] = h0
