@@ -223,8 +223,8 @@ def report_lines(data, starts, stops, tuple steps, int64_t trigger_chars,
                   template)
 
 
-cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
-                  int64_t watermark_chars, bint raw, bint reports, object template):
+cdef list _history_trims(tuple steps):
+    # reduce_lines' steps, checked: (grouping, keep_groups, target_chars) per trim of the history.
     if steps is None:
         raise TypeError("steps: expected a tuple of trims, got None")
     cdef list checked = []
@@ -239,11 +239,11 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
         if keep < 0 or target < 0:
             raise ValueError("keep_groups and target_chars must be >= 0")
         checked.append((grouping, keep, target))
-    cdef Py_ssize_t nsteps = len(checked)
-    cdef _Template tp
-    if reports:
-        # held for the call: the pieces are pointers into template's bytes
-        template = _entry_template(template, nsteps)
+    return checked
+
+
+cdef object _flat_bytes(object data):
+    # data as a flat, contiguous memoryview of bytes.
     try:
         view = memoryview(data)
     except TypeError:
@@ -251,21 +251,40 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     if view.ndim != 1 or view.itemsize != 1 or not view.c_contiguous:
         view.release()
         raise ValueError("expected a flat, contiguous buffer of bytes")
-    cdef const uint8_t[::1] buf = view.cast("B")
-    # Private copies: the bounds are checked here and read again without the GIL.
-    cdef const int64_t[::1] lo_a = np.array(np.ascontiguousarray(starts, dtype=np.int64),
-                                            copy=True)
-    cdef const int64_t[::1] hi_a = np.array(np.ascontiguousarray(stops, dtype=np.int64),
-                                            copy=True)
-    cdef Py_ssize_t n = lo_a.shape[0], size = buf.shape[0], k, total = 0, longest = 0
-    if hi_a.shape[0] != n:
-        raise ValueError(f"starts and stops differ in length ({n} != {hi_a.shape[0]})")
+    return view.cast("B")
+
+
+cdef tuple _line_spans(object starts, object stops, Py_ssize_t size):
+    # Where each line lies, checked against a buffer of size bytes, as private copies (read
+    # again without the GIL), with the room their outputs take and the longest line's.
+    lo_a = np.array(np.ascontiguousarray(starts, dtype=np.int64), copy=True)
+    hi_a = np.array(np.ascontiguousarray(stops, dtype=np.int64), copy=True)
+    cdef const int64_t[::1] lo = lo_a, hi = hi_a
+    cdef Py_ssize_t n = lo.shape[0], k, total = 0, longest = 0
+    if hi.shape[0] != n:
+        raise ValueError(f"starts and stops differ in length ({n} != {hi.shape[0]})")
     for k in range(n):
-        if not (0 <= lo_a[k] <= hi_a[k] <= size):
-            raise ValueError(f"line {lo_a[k]}..{hi_a[k]} lies outside the buffer of {size} "
-                             "bytes")
-        total += hi_a[k] - lo_a[k] + 1
-        longest = max(longest, hi_a[k] - lo_a[k] + 1)
+        if not (0 <= lo[k] <= hi[k] <= size):
+            raise ValueError(f"line {lo[k]}..{hi[k]} lies outside the buffer of {size} bytes")
+        total += hi[k] - lo[k] + 1
+        longest = max(longest, hi[k] - lo[k] + 1)
+    return lo_a, hi_a, total, longest
+
+
+cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
+                  int64_t watermark_chars, bint raw, bint reports, object template):
+    cdef list checked = _history_trims(steps)
+    cdef Py_ssize_t nsteps = len(checked)
+    cdef _Template tp
+    if reports:
+        # held for the call: the pieces are pointers into template's bytes
+        template = _entry_template(template, nsteps)
+    cdef const uint8_t[::1] buf = _flat_bytes(data)
+    cdef Py_ssize_t size = buf.shape[0], k, total, longest
+    spans = _line_spans(starts, stops, size)
+    cdef const int64_t[::1] lo_a = spans[0], hi_a = spans[1]
+    total, longest = spans[2], spans[3]
+    cdef Py_ssize_t n = lo_a.shape[0]
     cdef const uint8_t* p = &buf[0] if size else NULL
     cdef int64_t spec[3 * 64]
     cdef int64_t* specs = spec
