@@ -3,7 +3,9 @@ root conftest) on the same input and insist that they agree."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -63,3 +65,13 @@ def differential(kernels: list[ModuleType]) -> Callable[..., Any]:
         return first[1]
 
     return run
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A folder of its own for a command line test, holding the example reduce policy as
+    ``policy.json``."""
+    from tests.support.cli import SEED_POLICY
+
+    (tmp_path / "policy.json").write_text(json.dumps(SEED_POLICY))
+    return tmp_path

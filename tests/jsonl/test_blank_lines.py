@@ -19,9 +19,7 @@ from hypothesis import strategies as st
 
 from contextpolicy._tables import JSON_WHITESPACE
 from contextpolicy.jsonl.files import FileRange, InputFile, read_range
-from tests.support.cli import run, workdir
-
-__all__ = ["workdir"]  # the fixture, shared with test_cli
+from tests.support.cli import run
 
 BLANK = [b"", b" ", b"\t", b"\r", b" \t\r  \r"]
 # Whitespace to Python or to Unicode, never to JSON; control characters; the bytes of U+0085

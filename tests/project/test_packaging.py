@@ -115,6 +115,41 @@ def _third_party_imports(path: Path) -> set[str]:
     return {n for n in names - local if n not in sys.stdlib_module_names}
 
 
+def _wheel_test_files() -> list[Path]:
+    """The files the suite runs against a wheel: the conftests, the test modules not marked
+    ``packaging`` (the build configuration) or ``extras`` (the optional extras), and the
+    support modules they import, and those import."""
+    tests = ROOT / "tests"
+    files = [ROOT / "conftest.py", *sorted(tests.rglob("conftest.py"))]
+    for path in sorted(tests.rglob("test_*.py")):
+        if not re.search(r"^pytestmark = \[?pytest\.mark\.(packaging|extras)\b",
+                         path.read_text(), re.M):
+            files.append(path)
+    support = {p.stem: p for p in (tests / "support").glob("*.py")}
+    at = 0
+    while at < len(files):
+        for node in ast.walk(ast.parse(files[at].read_text())):
+            if isinstance(node, ast.ImportFrom):
+                names = [node.module or ""] + [f"{node.module}.{a.name}" for a in node.names]
+                for name in names:
+                    parts = name.split(".")
+                    stem = parts[-1]
+                    within = files[at].parent.name == "support" and node.level == 1
+                    if (name.startswith("tests.support.") or within) and stem in support:
+                        if support[stem] not in files:
+                            files.append(support[stem])
+        at += 1
+    return files
+
+
+def test_the_wheel_tests_are_found_with_their_support():
+    names = {p.relative_to(ROOT).as_posix() for p in _wheel_test_files()}
+    assert {"tests/kernel/test_kernel.py", "tests/support/strategies.py", "tests/support/cli.py",
+            "tests/support/hostile.py", "tests/conftest.py", "conftest.py"} <= names
+    # the optional extras' suites, and what only they use, are left to their own run
+    assert "tests/batch/test_ray.py" not in names and "tests/support/ray.py" not in names
+
+
 def test_test_requires_cover_every_import_of_the_wheel_tests(pyproject, cibw):
     provided = {Requirement(r).name.lower() for r in cibw["test-requires"]}
     provided |= {Requirement(r).name.lower() for r in pyproject["project"]["dependencies"]}
@@ -126,10 +161,7 @@ def test_test_requires_cover_every_import_of_the_wheel_tests(pyproject, cibw):
             if parsed.marker is None or parsed.marker.evaluate({"extra": ""}):
                 provided.add(parsed.name.lower())
     dists = metadata.packages_distributions()
-    for path in sorted((ROOT / "tests").rglob("*.py")) + [ROOT / "conftest.py"]:
-        text = path.read_text()
-        if re.search(r"^pytestmark = \[?pytest\.mark\.(packaging|extras)\b", text, re.M):
-            continue  # not run against wheels: the build configuration, the optional extras
+    for path in _wheel_test_files():
         for module in sorted(_third_party_imports(path)):
             owners = {d.lower().replace("_", "-") for d in dists.get(module, [module])}
             assert owners & provided, f"{path.name} imports {module}, which test-requires lacks"

@@ -10,7 +10,6 @@ from importlib import resources
 from pathlib import Path
 
 import psutil
-import pytest
 
 from contextpolicy.synthetic import make_transcript
 
@@ -44,12 +43,6 @@ def write_corpus(path: Path, n: int, seed: int = 0, size=(8, 80), repeat: int = 
     text = "".join(json.dumps(d, ensure_ascii=False) + "\n" for d in docs)
     path.write_text(text * repeat, "utf-8")
     return docs
-
-
-@pytest.fixture
-def workdir(tmp_path):
-    (tmp_path / "policy.json").write_text(json.dumps(SEED_POLICY))
-    return tmp_path
 
 
 def leftovers(folder: Path) -> list[str]:
