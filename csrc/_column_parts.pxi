@@ -46,6 +46,108 @@ cdef struct _IdSource:
     int64_t* codes
 
 
+cdef int _bind_id_source(_IdSource* src, Py_ssize_t s, object item, list keep,
+                         list codes) except -1:
+    # Source s of string_ids, checked and bound to src: its buffers and private copies kept
+    # alive in keep, its (empty) codes array appended to codes.
+    cdef const uint8_t[::1] buf
+    cdef const uint8_t[::1] nul
+    cdef const int64_t[::1] at
+    cdef int64_t[::1] out
+    cdef Py_ssize_t j
+    if type(item) is not tuple or len(item) != 4:
+        raise TypeError(f"string_ids: source {s} must be a tuple of "
+                        f"(data, offsets, nulls, at)")
+    data, offsets, nulls, positions = item
+    buf_a = np.frombuffer(data, dtype=np.uint8)
+    buf = buf_a
+    o_a = _offsets_array(offsets, -1, "string_ids", "offsets")
+    keep += [buf_a, o_a]
+    _bind_offsets(&src.offs, o_a)
+    src.data = &buf[0] if buf.shape[0] else NULL
+    src.size = buf.shape[0]
+    src.n = o_a.shape[0] - 1
+    if nulls is not None:
+        nulls_a = _flags_array(nulls, src.n, "string_ids", "nulls")
+        nul = nulls_a
+        keep.append(nulls_a)
+        src.nulls = &nul[0] if nul.shape[0] else NULL
+    if positions is not None:
+        at_a = _as_positions(positions, "string_ids", "positions")
+        at = at_a
+        keep.append(at_a)
+        for j in range(at.shape[0]):
+            if at[j] < 0 or at[j] >= src.n:
+                raise ValueError(f"string_ids: position {at[j]} of source {s} is "
+                                 f"outside 0..{src.n - 1}")
+        src.at = &at[0] if at.shape[0] else NULL
+        src.count = at.shape[0]
+    else:
+        src.count = src.n
+    code_a = np.empty(src.count, dtype=np.int64)
+    codes.append(code_a)
+    out = code_a
+    src.codes = &out[0] if out.shape[0] else NULL
+    return 0
+
+
+cdef struct _IdTable:
+    # The distinct strings seen so far: an open-addressing table of code + 1 (0: empty), and
+    # each code's first string (where, how long, its hash) and its source and position.
+    int64_t* slots
+    uint64_t mask
+    const uint8_t** first_ptr
+    int64_t* first_len
+    uint64_t* first_hash
+    int64_t* first_src
+    int64_t* first_idx
+    int64_t ncodes
+
+
+cdef inline int64_t _id_code(_IdTable* t, const uint8_t* p, int64_t length, int64_t s,
+                             int64_t r) noexcept nogil:
+    # The code of the string p[:length] (string r of source s), a new one if it is new.
+    cdef uint64_t h = cp_hash_bytes(p, length)
+    cdef uint64_t pos = h & t.mask
+    cdef int64_t code
+    while True:
+        code = t.slots[pos] - 1
+        if code < 0:
+            code = t.ncodes
+            t.ncodes += 1
+            t.slots[pos] = code + 1
+            t.first_ptr[code] = p
+            t.first_len[code] = length
+            t.first_hash[code] = h
+            t.first_src[code] = s
+            t.first_idx[code] = r
+            return code
+        if (t.first_hash[code] == h and t.first_len[code] == length and (
+                length == 0 or memcmp(t.first_ptr[code], p, <size_t>length) == 0)):
+            return code
+        pos = (pos + 1) & t.mask
+
+
+cdef Py_ssize_t _code_sources(_IdSource* src, Py_ssize_t ns, _IdTable* t) noexcept nogil:
+    # Every string of the sources coded in turn (-1 for a null); the index of the first source
+    # whose offsets are out of order or outside its data, or -1.
+    cdef Py_ssize_t s, j, r
+    cdef int64_t a, b
+    for s in range(ns):
+        for j in range(src[s].count):
+            r = src[s].at[j] if src[s].at != NULL else j
+            if src[s].nulls != NULL and src[s].nulls[r]:
+                src[s].codes[j] = -1
+                continue
+            a = _off(&src[s].offs, r)
+            b = _off(&src[s].offs, r + 1)
+            if a < 0 or a > b or b > src[s].size:
+                return s
+            src[s].codes[j] = _id_code(
+                t, src[s].data + a if b > a else <const uint8_t*>"", b - a, s, r)
+    return -1
+
+
 def string_ids(sources):
     """Codes for the strings of several Arrow string arrays, equal strings one code: in order
     of first appearance over the sources in turn, -1 for a null. ``sources``: a tuple of
@@ -55,119 +157,49 @@ def string_ids(sources):
     string."""
     if type(sources) is not tuple:
         raise TypeError("string_ids: sources must be a tuple of (data, offsets, nulls, at)")
-    cdef Py_ssize_t ns = len(sources), s, r, j, total = 0
-    keep = []  # every buffer and private copy the loop below reads
+    cdef Py_ssize_t ns = len(sources), s, total = 0, bad_source
+    keep = []  # every buffer and private copy the coding reads
+    codes = []
     cdef _IdSource* src = <_IdSource*>calloc(ns if ns else 1, sizeof(_IdSource))
     if src == NULL:
         raise MemoryError()
-    cdef const uint8_t[::1] buf
-    cdef const uint8_t[::1] nul
-    cdef const int64_t[::1] at
-    cdef int64_t[::1] out
-    cdef const uint8_t** first_ptr = NULL
-    cdef int64_t* first_len = NULL
-    cdef uint64_t* first_hash = NULL
-    cdef int64_t* slots = NULL
-    cdef uint64_t cap = 1, mask, h, pos
-    cdef int64_t a, b, code, ncodes = 0, bad_source = -1
-    cdef const uint8_t* p
+    cdef _IdTable t
+    memset(&t, 0, sizeof(t))
+    cdef uint64_t cap = 1
     cdef int64_t[::1] fsrc
     cdef int64_t[::1] fidx
-    codes = []
     try:
         for s in range(ns):
-            item = sources[s]
-            if type(item) is not tuple or len(item) != 4:
-                raise TypeError(f"string_ids: source {s} must be a tuple of "
-                                f"(data, offsets, nulls, at)")
-            data, offsets, nulls, positions = item
-            buf_a = np.frombuffer(data, dtype=np.uint8)
-            buf = buf_a
-            o_a = _offsets_array(offsets, -1, "string_ids", "offsets")
-            keep += [buf_a, o_a]
-            _bind_offsets(&src[s].offs, o_a)
-            src[s].data = &buf[0] if buf.shape[0] else NULL
-            src[s].size = buf.shape[0]
-            src[s].n = o_a.shape[0] - 1
-            if nulls is not None:
-                nulls_a = _flags_array(nulls, src[s].n, "string_ids", "nulls")
-                nul = nulls_a
-                keep.append(nulls_a)
-                src[s].nulls = &nul[0] if nul.shape[0] else NULL
-            if positions is not None:
-                at_a = _as_positions(positions, "string_ids", "positions")
-                at = at_a
-                keep.append(at_a)
-                for j in range(at.shape[0]):
-                    if at[j] < 0 or at[j] >= src[s].n:
-                        raise ValueError(f"string_ids: position {at[j]} of source {s} is "
-                                         f"outside 0..{src[s].n - 1}")
-                src[s].at = &at[0] if at.shape[0] else NULL
-                src[s].count = at.shape[0]
-            else:
-                src[s].count = src[s].n
-            code_a = np.empty(src[s].count, dtype=np.int64)
-            codes.append(code_a)
-            out = code_a
-            src[s].codes = &out[0] if out.shape[0] else NULL
+            _bind_id_source(&src[s], s, sources[s], keep, codes)
             total += src[s].count
         while cap < <uint64_t>(2 * total + 2):
             cap <<= 1
-        mask = cap - 1
-        slots = <int64_t*>calloc(cap, sizeof(int64_t))
-        first_ptr = <const uint8_t**>malloc((total + 1) * sizeof(uint8_t*))
-        first_len = <int64_t*>malloc((total + 1) * sizeof(int64_t))
-        first_hash = <uint64_t*>malloc((total + 1) * sizeof(uint64_t))
-        first_src_a = np.empty(total, dtype=np.int64)
-        first_idx_a = np.empty(total, dtype=np.int64)
-        if slots == NULL or first_ptr == NULL or first_len == NULL or first_hash == NULL:
+        t.mask = cap - 1
+        t.slots = <int64_t*>calloc(cap, sizeof(int64_t))
+        t.first_ptr = <const uint8_t**>malloc((total + 1) * sizeof(uint8_t*))
+        t.first_len = <int64_t*>malloc((total + 1) * sizeof(int64_t))
+        t.first_hash = <uint64_t*>malloc((total + 1) * sizeof(uint64_t))
+        first_src_a = np.empty(total + 1, dtype=np.int64)
+        first_idx_a = np.empty(total + 1, dtype=np.int64)
+        if (t.slots == NULL or t.first_ptr == NULL or t.first_len == NULL
+                or t.first_hash == NULL):
             raise MemoryError()
         fsrc = first_src_a
         fidx = first_idx_a
+        t.first_src = &fsrc[0]
+        t.first_idx = &fidx[0]
         with nogil:
-            for s in range(ns):
-                for j in range(src[s].count):
-                    r = src[s].at[j] if src[s].at != NULL else j
-                    if src[s].nulls != NULL and src[s].nulls[r]:
-                        src[s].codes[j] = -1
-                        continue
-                    a = _off(&src[s].offs, r)
-                    b = _off(&src[s].offs, r + 1)
-                    if a < 0 or a > b or b > src[s].size:
-                        bad_source = s
-                        break
-                    p = src[s].data + a if b > a else <const uint8_t*>""
-                    h = cp_hash_bytes(p, b - a)
-                    pos = h & mask
-                    while True:
-                        code = slots[pos] - 1
-                        if code < 0:
-                            code = ncodes
-                            ncodes += 1
-                            slots[pos] = code + 1
-                            first_ptr[code] = p
-                            first_len[code] = b - a
-                            first_hash[code] = h
-                            fsrc[code] = s
-                            fidx[code] = r
-                            break
-                        if (first_hash[code] == h and first_len[code] == b - a and (
-                                b == a or memcmp(first_ptr[code], p, <size_t>(b - a)) == 0)):
-                            break
-                        pos = (pos + 1) & mask
-                    src[s].codes[j] = code
-                if bad_source >= 0:
-                    break
+            bad_source = _code_sources(src, ns, &t)
         if bad_source >= 0:
             raise ValueError(f"string_ids: the offsets of source {bad_source} must be "
                              f"non-decreasing and within its data")
-        return tuple(codes), first_src_a[:ncodes].copy(), first_idx_a[:ncodes].copy()
+        return tuple(codes), first_src_a[:t.ncodes].copy(), first_idx_a[:t.ncodes].copy()
     finally:
         free(src)
-        free(slots)
-        free(<void*>first_ptr)
-        free(first_len)
-        free(first_hash)
+        free(t.slots)
+        free(<void*>t.first_ptr)
+        free(t.first_len)
+        free(t.first_hash)
 
 
 def arrange_ids(messages, codes):
