@@ -340,6 +340,56 @@ cdef object _plain(list ids, list lists, list texts, int64_t trigger_chars,
                    not (watermark_chars >= 0 and chars > watermark_chars))
 
 
+cdef int _trim_step(object step, list ids, list lists, list measures, list kept, list done,
+                    bint fired, int64_t watermark_chars, int64_t* totals) except -1:
+    # One trim of _reduce: its record appended to done; a fragment it cut has its new list
+    # (in lists and kept) and measure; totals (the plan's chars, the messages and groups trims
+    # removed) follow.
+    cdef object fid
+    cdef int grouping
+    cdef int64_t keep_groups, target
+    cdef Py_ssize_t i, first = 0, cut = 0, ngroups = 0
+    cdef Measure m, tail
+    fid, grouping, keep_groups, target = step
+    if keep_groups < 0:
+        raise ValueError("keep_groups must be >= 0")
+    if target < 0:
+        raise ValueError("target_chars must be >= 0")
+    if not fired or not (watermark_chars >= 0 and totals[0] > watermark_chars):
+        done.append(_skipped("not-triggered" if not fired else "target-reached"))
+        return 0
+    if fid not in ids:
+        if fid != "history":
+            raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
+        done.append(_skipped("fragment-absent"))
+        return 0
+    i = ids.index(fid)
+    messages = lists[i]
+    if measures[i] is None or not PyList_Check(messages):
+        raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
+    m = <Measure>measures[i]
+    if m.messages == 0:
+        done.append(_skipped("fragment-empty"))
+        return 0
+    m._cut_into(messages, grouping, keep_groups, target, &first, &cut, &ngroups)
+    if cut == 0:
+        done.append(_step("unchanged", "within-target" if m.chars <= target
+                          else "keep-groups-floor", m.chars, m.chars, ngroups, ngroups, 0))
+        return 0
+    tail = m._tail(cut)
+    messages = messages[cut:] if PyList_CheckExact(messages) else list.__getitem__(
+        messages, slice(cut, None))
+    lists[i] = messages
+    kept[i] = messages
+    measures[i] = tail
+    done.append(_step("applied", "trimmed" if tail.chars <= target else "keep-groups-floor",
+                      m.chars, tail.chars, ngroups, ngroups - first, cut))
+    totals[0] += tail.chars - m.chars
+    totals[1] += cut
+    totals[2] += first
+    return 0
+
+
 cdef object _reduce(list ids, list lists, list texts, tuple steps, int64_t trigger_chars,
                     int64_t watermark_chars):
     if steps is not None and PyTuple_GET_SIZE(steps) == 0:
@@ -348,14 +398,12 @@ cdef object _reduce(list ids, list lists, list texts, tuple steps, int64_t trigg
     cdef list measures = []
     cdef list before = [], after, kept, done = [], warnings = [], pairing = [], assembled = []
     cdef Measure m, tail
-    cdef int64_t chars = 0, target, keep_groups, length
+    cdef int64_t chars = 0, length
     # The plan's totals before; the chars of its text fragments (which no step changes); what
     # the applied trims removed.
-    cdef int64_t b_messages = 0, b_opaque = 0, text_chars = 0, removed = 0, groups_removed = 0
-    cdef int grouping
+    cdef int64_t b_messages = 0, b_opaque = 0, text_chars = 0, removed, groups_removed
     cdef bint fired
-    cdef Py_ssize_t first = 0, cut = 0, ngroups = 0
-    cdef object fid, messages, text, step
+    cdef object messages, text, step
     for i in range(n):
         messages = lists[i]
         if messages is None:
@@ -375,44 +423,11 @@ cdef object _reduce(list ids, list lists, list texts, tuple steps, int64_t trigg
     cdef int64_t b_chars = chars
     fired = trigger_chars >= 0 and chars > trigger_chars
     kept = [None] * n
+    cdef int64_t totals[3]  # the plan's chars now, the messages and groups trims removed
+    totals[0], totals[1], totals[2] = chars, 0, 0
     for step in steps:
-        fid, grouping, keep_groups, target = step
-        if keep_groups < 0:
-            raise ValueError("keep_groups must be >= 0")
-        if target < 0:
-            raise ValueError("target_chars must be >= 0")
-        if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
-            done.append(_skipped("not-triggered" if not fired else "target-reached"))
-            continue
-        if fid not in ids:
-            if fid != "history":
-                raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
-            done.append(_skipped("fragment-absent"))
-            continue
-        i = ids.index(fid)
-        messages = lists[i]
-        if measures[i] is None or not PyList_Check(messages):
-            raise TypeError(f"expected a list of messages, got {type(messages).__name__}")
-        m = <Measure>measures[i]
-        if m.messages == 0:
-            done.append(_skipped("fragment-empty"))
-            continue
-        m._cut_into(messages, grouping, keep_groups, target, &first, &cut, &ngroups)
-        if cut == 0:
-            done.append(_step("unchanged", "within-target" if m.chars <= target
-                              else "keep-groups-floor", m.chars, m.chars, ngroups, ngroups, 0))
-            continue
-        tail = m._tail(cut)
-        messages = messages[cut:] if PyList_CheckExact(messages) else list.__getitem__(
-            messages, slice(cut, None))
-        lists[i] = messages
-        kept[i] = messages
-        measures[i] = tail
-        done.append(_step("applied", "trimmed" if tail.chars <= target else "keep-groups-floor",
-                          m.chars, tail.chars, ngroups, ngroups - first, cut))
-        chars += tail.chars - m.chars
-        removed += cut
-        groups_removed += first
+        _trim_step(step, ids, lists, measures, kept, done, fired, watermark_chars, totals)
+    chars, removed, groups_removed = totals[0], totals[1], totals[2]
     after = before if not steps else []
     cdef int64_t a_chars = text_chars, a_messages = 0, a_opaque = 0
     for i in range(n):
