@@ -31,11 +31,8 @@ from tests.support.cli import (
     SEED_POLICY,
     leftovers,
     run,
-    workdir,
     write_corpus,
 )
-
-__all__ = ["workdir"]  # the fixture, shared with test_cli
 
 # The kernel a command line run uses: the compiled one, or the twin.
 KERNELS = [pytest.param("c", marks=pytest.mark.c_extension), "py"]

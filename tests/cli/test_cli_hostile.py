@@ -36,12 +36,9 @@ from tests.support.cli import (
     run,
     running,
     with_workers,
-    workdir,
     workers_of,
     write_corpus,
 )
-
-__all__ = ["workdir"]  # the fixture, shared with test_cli
 
 pytestmark = pytest.mark.skipif(sys.platform == "win32", reason="POSIX streams and signals")
 linux = pytest.mark.skipif(sys.platform != "linux", reason="/dev/full, /proc and Linux's device "
