@@ -271,6 +271,29 @@ cdef tuple _line_spans(object starts, object stops, Py_ssize_t size):
     return lo_a, hi_a, total, longest
 
 
+cdef int _records_again(_LineReducer r, const uint8_t* p, const int64_t[::1] lo,
+                        const int64_t[::1] hi, const uint8_t* missing, Py_ssize_t longest,
+                        const int64_t* specs, Py_ssize_t nsteps, int64_t trigger_chars,
+                        int64_t watermark_chars, int64_t[:, ::1] fig, int64_t* steps_rec,
+                        list raws) except -1:
+    # The records of the lines of the byte path the template wrote no entry for, from a second
+    # reading of each (its output written to a scratch buffer and dropped), into raws.
+    cdef int64_t cuts[_CUTS]
+    cdef Py_ssize_t k
+    cdef char* scratch = <char*>malloc(longest + 1)
+    if scratch == NULL:
+        raise MemoryError()
+    try:
+        for k in range(lo.shape[0]):
+            if missing[k]:
+                _reduce_core(r, r.scan, p, lo[k], hi[k], specs, nsteps, trigger_chars,
+                             watermark_chars, scratch, 0, &fig[k, 0], steps_rec, cuts)
+                raws[k] = _records(r, r.scan, p, nsteps, &fig[k, 0], steps_rec, cuts)
+    finally:
+        free(scratch)
+    return 0
+
+
 cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
                   int64_t watermark_chars, bint raw, bint reports, object template):
     cdef list checked = _history_trims(steps)
@@ -307,7 +330,6 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     cdef _Buf entries
     entries.p = NULL
     entries.n = entries.cap = 0
-    cdef char* scratch = NULL
     cdef uint8_t* missing = NULL  # lines of the byte path without an entry
     cdef bint any_missing = False
     memset(&tp, 0, sizeof(tp))
@@ -354,24 +376,16 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
                     raws.append(_records(r, sc, p, nsteps, &fig[k, 0], steps_rec, cuts))
                 ends[k] = at
         if reports:
-            # The records of the lines without an entry, from a second reading of each.
             raws = [None] * n
             if any_missing:
-                scratch = <char*>malloc(longest + 1)
-                if scratch == NULL:
-                    raise MemoryError()
-                for k in range(n):
-                    if missing[k]:
-                        _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps, trigger_chars,
-                                     watermark_chars, scratch, 0, &fig[k, 0], steps_rec, cuts)
-                        raws[k] = _records(r, sc, p, nsteps, &fig[k, 0], steps_rec, cuts)
+                _records_again(r, p, lo_a, hi_a, missing, longest, specs, nsteps,
+                               trigger_chars, watermark_chars, fig, steps_rec, raws)
             written = PyByteArray_FromStringAndSize(entries.p, entries.n)
     finally:
         free(steps_rec)
         if specs != spec:
             free(specs)
         free(entries.p)
-        free(scratch)
         free(missing)
         _template_free(&tp)
     PyByteArray_Resize(result, at)
