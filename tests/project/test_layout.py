@@ -404,7 +404,7 @@ def test_the_tests_mirror_the_package_and_share_only_through_support():
 
     root = Path(__file__).resolve().parents[2]
     tests = root / "tests"
-    package = root / "src" / "contextpolicy"
+    package = Path(contextpolicy.__file__).resolve().parent  # the source's, or the installed one
     folders = {p.name for p in tests.iterdir() if (p / "__init__.py").exists()}
     layers = {p.name for p in package.iterdir() if (p / "__init__.py").exists()}
     # a folder per layer of the package; the kernel and the core are its top-level modules;
