@@ -194,76 +194,16 @@ def _reduce(
     ids: list[str], lists: list[Any], texts: list[Any],
     steps: tuple[tuple[str, int, int, int], ...], trigger_chars: int, watermark_chars: int,
 ) -> FusedRecord:
-    measures: list[Any] = []
-    for fid, messages, text in zip(ids, lists, texts, strict=True):
-        if messages is None:
-            if not isinstance(text[1], str):
-                raise TypeError(f"fragment {fid!r}: expected a str text")
-            measures.append((FragmentFigures(len(exact_str(text[1])), 1, 0), None))
-        else:
-            m = measure(messages, fid)
-            measures.append((FragmentFigures(m.chars, m.messages, m.opaque_parts), m))
+    measures = [_measured(fid, messages, text)
+                for fid, messages, text in zip(ids, lists, texts, strict=True)]
     before = [figures for figures, _ in measures]
-    chars = sum(figures.chars for figures in before)
-    fired = trigger_chars >= 0 and chars > trigger_chars
+    fired = trigger_chars >= 0 and sum(f.chars for f in before) > trigger_chars
     kept: list[Any] = [None] * len(ids)
     done: list[StepRecord] = []
-    removed = groups_removed = 0  # by the applied trims
+    # the plan's chars now, the messages and groups the applied trims removed
+    totals = [sum(f.chars for f in before), 0, 0]
     for step in steps:
-        fid, grouping, keep_groups, target = c_unpack(step, 4)
-        grouping, keep_groups, target = c_int(grouping, "int"), c_int(keep_groups), c_int(
-            target)
-        if keep_groups < 0:
-            raise ValueError("keep_groups must be >= 0")
-        if target < 0:
-            raise ValueError("target_chars must be >= 0")
-        if not fired or not (watermark_chars >= 0 and chars > watermark_chars):
-            done.append(StepRecord("skipped", "not-triggered" if not fired else "target-reached",
-                                   None, None, None, None, 0))
-            continue
-        if fid not in ids:
-            if fid != "history":
-                raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
-            done.append(StepRecord("skipped", "fragment-absent", None, None, None, None, 0))
-            continue
-        i = ids.index(fid)
-        m = measures[i][1]
-        if m is None:
-            raise TypeError(f"expected a list of messages, got {type(lists[i]).__name__}")
-        if m.messages == 0:
-            done.append(StepRecord("skipped", "fragment-empty", None, None, None, None, 0))
-            continue
-        first, cut, ngroups = m.cut(lists[i], grouping, keep_groups, target)
-        if cut == 0:
-            reason = "within-target" if m.chars <= target else "keep-groups-floor"
-            done.append(StepRecord("unchanged", reason, m.chars, m.chars, ngroups, ngroups, 0))
-            continue
-        tail = m.tail(cut)
-        lists[i] = kept[i] = list.__getitem__(lists[i], slice(cut, None))
-        measures[i] = (FragmentFigures(tail.chars, tail.messages, tail.opaque_parts), tail)
-        reason = "trimmed" if tail.chars <= target else "keep-groups-floor"
-        done.append(StepRecord("applied", reason, m.chars, tail.chars, ngroups, ngroups - first,
-                               cut))
-        chars += tail.chars - m.chars
-        removed += cut
-        groups_removed += first
-    warnings: list[KernelWarning] = [
-        KernelWarning(i, first, "unknown-role", (role, count))
-        for i, (_, m) in enumerate(measures) if m is not None and m.unknown_role
-        for first, role, count in m.unknown_roles(lists[i], 0, ids[i])
-    ]
-    warnings += [
-        KernelWarning(i, index, code, cid)
-        for i, (_, m) in enumerate(measures) if m is not None and m.tool_traffic
-        for index, code, cid in m.pairing(lists[i])
-    ]
-    assembled: list[Any] = []
-    for i, messages in enumerate(lists):
-        if messages is None:
-            role, text = texts[i]
-            assembled.append({"role": role, "content": text})
-        else:
-            assembled.extend(messages if type(messages) is list else list.copy(messages))
+        _trim_step(step, ids, lists, measures, kept, done, fired, watermark_chars, totals)
     # Without steps nothing changed: the figures after are the figures before (one list).
     after = [figures for figures, _ in measures] if steps else before
     plan_before = (sum(f.chars for f in before), sum(f.messages for f in before),
@@ -272,6 +212,86 @@ def _reduce(
     plan_after = plan_before if after is before else (
         sum(f.chars for f in after), sum(f.messages for f in after),
         sum(f.opaque_parts for f in after))
-    return FusedRecord(fired, before, after, kept, done, warnings, assembled, ids, *plan_before,
-                       *plan_after, removed, groups_removed,
-                       not (watermark_chars >= 0 and plan_after[0] > watermark_chars))
+    return FusedRecord(fired, before, after, kept, done, _warnings(ids, lists, measures),
+                       _assembled(lists, texts), ids, *plan_before, *plan_after, totals[1],
+                       totals[2], not (watermark_chars >= 0 and plan_after[0] > watermark_chars))
+
+
+def _measured(fid: str, messages: Any, text: Any) -> tuple[FragmentFigures, Any]:
+    """A fragment's figures, and its ``Measure`` (``None`` for a text fragment)."""
+    if messages is None:
+        if not isinstance(text[1], str):
+            raise TypeError(f"fragment {fid!r}: expected a str text")
+        return FragmentFigures(len(exact_str(text[1])), 1, 0), None
+    m = measure(messages, fid)
+    return FragmentFigures(m.chars, m.messages, m.opaque_parts), m
+
+
+def _trim_step(step: Any, ids: list[str], lists: list[Any], measures: list[Any],
+               kept: list[Any], done: list[StepRecord], fired: bool, watermark_chars: int,
+               totals: list[int]) -> None:
+    """One trim of :func:`_reduce`: its record appended to ``done``; a fragment it cut has its
+    new list (in ``lists`` and ``kept``) and measure; ``totals`` (the plan's chars, the
+    messages and groups trims removed) follow."""
+    fid, grouping, keep_groups, target = c_unpack(step, 4)
+    grouping, keep_groups, target = c_int(grouping, "int"), c_int(keep_groups), c_int(target)
+    if keep_groups < 0:
+        raise ValueError("keep_groups must be >= 0")
+    if target < 0:
+        raise ValueError("target_chars must be >= 0")
+    if not fired or not (watermark_chars >= 0 and totals[0] > watermark_chars):
+        done.append(StepRecord("skipped", "not-triggered" if not fired else "target-reached",
+                               None, None, None, None, 0))
+        return
+    if fid not in ids:
+        if fid != "history":
+            raise ValueError(f"a step names fragment {fid!r}, which the plan does not hold")
+        done.append(StepRecord("skipped", "fragment-absent", None, None, None, None, 0))
+        return
+    i = ids.index(fid)
+    m = measures[i][1]
+    if m is None:
+        raise TypeError(f"expected a list of messages, got {type(lists[i]).__name__}")
+    if m.messages == 0:
+        done.append(StepRecord("skipped", "fragment-empty", None, None, None, None, 0))
+        return
+    first, cut, ngroups = m.cut(lists[i], grouping, keep_groups, target)
+    if cut == 0:
+        reason = "within-target" if m.chars <= target else "keep-groups-floor"
+        done.append(StepRecord("unchanged", reason, m.chars, m.chars, ngroups, ngroups, 0))
+        return
+    tail = m.tail(cut)
+    lists[i] = kept[i] = list.__getitem__(lists[i], slice(cut, None))
+    measures[i] = (FragmentFigures(tail.chars, tail.messages, tail.opaque_parts), tail)
+    reason = "trimmed" if tail.chars <= target else "keep-groups-floor"
+    done.append(StepRecord("applied", reason, m.chars, tail.chars, ngroups, ngroups - first,
+                           cut))
+    totals[0] += tail.chars - m.chars
+    totals[1] += cut
+    totals[2] += first
+
+
+def _warnings(ids: list[str], lists: list[Any], measures: list[Any]) -> list[KernelWarning]:
+    """The result's warnings: the unknown roles of every fragment, then the pairing warnings."""
+    warnings = [
+        KernelWarning(i, first, "unknown-role", (role, count))
+        for i, (_, m) in enumerate(measures) if m is not None and m.unknown_role
+        for first, role, count in m.unknown_roles(lists[i], 0, ids[i])
+    ]
+    return warnings + [
+        KernelWarning(i, index, code, cid)
+        for i, (_, m) in enumerate(measures) if m is not None and m.tool_traffic
+        for index, code, cid in m.pairing(lists[i])
+    ]
+
+
+def _assembled(lists: list[Any], texts: list[Any]) -> list[Any]:
+    """The fragments as they ended, one list of messages (a text fragment as one message)."""
+    assembled: list[Any] = []
+    for i, messages in enumerate(lists):
+        if messages is None:
+            role, text = texts[i]
+            assembled.append({"role": role, "content": text})
+        else:
+            assembled.extend(messages if type(messages) is list else list.copy(messages))
+    return assembled
