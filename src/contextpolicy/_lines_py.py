@@ -347,15 +347,15 @@ def _reduce_line(
         line = b"".join((b[lo:array_start], b"[", b",".join(b[s:e] for s, e in kept_spans), b"]",
                          b[array_end:hi]))
     codes = [w.code for w in records.warnings]
-    t = records
     figures = {
-        "handled": 1, "triggered": int(records.triggered), "reached": int(t.watermark_met),
-        "chars_before": t.chars_before, "chars_after": t.chars_after,
-        "messages_before": t.messages_before, "messages_after": t.messages_after,
-        "messages_removed": t.messages_removed, "groups_removed": t.groups_removed,
+        "handled": 1, "triggered": int(records.triggered), "reached": int(records.watermark_met),
+        "chars_before": records.chars_before, "chars_after": records.chars_after,
+        "messages_before": records.messages_before, "messages_after": records.messages_after,
+        "messages_removed": records.messages_removed, "groups_removed": records.groups_removed,
         "orphan_results": codes.count("orphan-tool-result"),
         "unanswered_calls": codes.count("unanswered-tool-call"),
-        "reduced": int(t.chars_after < t.chars_before or t.messages_after < t.messages_before),
+        "reduced": int(records.chars_after < records.chars_before
+                       or records.messages_after < records.messages_before),
         "unknown_roles": codes.count("unknown-role"),
     }
     missed = _missed(records, steps, watermark_chars)

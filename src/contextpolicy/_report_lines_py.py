@@ -120,13 +120,13 @@ def _entry(template: tuple[Any, ...], records: FusedRecord, ident: bytes | None,
                                 strict=True)
     ]
     missed = _missed(records, trims, watermark_chars)
-    t = records
     values = {
         _SLOT["id"]: b"null" if ident is None else ident, _SLOT["triggered"]: records.triggered,
-        _SLOT["before-chars"]: t.chars_before, _SLOT["before-messages"]: t.messages_before,
-        _SLOT["fragments-count"]: len(records.ids), _SLOT["before-opaque"]: t.opaque_before,
-        _SLOT["after-chars"]: t.chars_after, _SLOT["after-messages"]: t.messages_after,
-        _SLOT["after-opaque"]: t.opaque_after, _SLOT["target-reached"]: t.watermark_met,
+        _SLOT["before-chars"]: records.chars_before,
+        _SLOT["before-messages"]: records.messages_before,
+        _SLOT["fragments-count"]: len(records.ids), _SLOT["before-opaque"]: records.opaque_before,
+        _SLOT["after-chars"]: records.chars_after, _SLOT["after-messages"]: records.messages_after,
+        _SLOT["after-opaque"]: records.opaque_after, _SLOT["target-reached"]: records.watermark_met,
         _SLOT["steps"]: steps, _SLOT["fragments"]: fragments,
         _SLOT["missed-reason"]: MISSED_REASONS[missed - 1] if missed else None,
     }

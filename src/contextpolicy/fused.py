@@ -93,7 +93,7 @@ def fused_report(
 ) -> ReportData:
     """The report records of a :func:`_kernel.reduce_plan` (or ``reduce_transcript``) run:
     ``kinds`` gives each fragment's kind and protection."""
-    ids, totals = raw.ids, raw
+    ids = raw.ids
     policy = prepared.policy
     records = [
         (fid, kind, protected, b.chars, a.chars, None, None, b.messages, a.messages,
@@ -113,8 +113,8 @@ def fused_report(
                            strict=True)
     ]
     n = len(ids)
-    before_t = Totals(totals.chars_before, None, totals.messages_before, n, totals.opaque_before)
-    after_t = Totals(totals.chars_after, None, totals.messages_after, n, totals.opaque_after)
+    before_t = Totals(raw.chars_before, None, raw.messages_before, n, raw.opaque_before)
+    after_t = Totals(raw.chars_after, None, raw.messages_after, n, raw.opaque_after)
     trigger, target, target_reached = watermarks(policy, after_t)
     return ReportData(
         mode=policy.mode, kernel=_kernel.IMPLEMENTATION, implementation="default",
@@ -131,13 +131,13 @@ def fused_report_json(
 ) -> dict[str, Any]:
     """``fused_report(prepared, raw, kinds).json()``, built straight from the kernel's records
     (what the JSONL runner writes for ``--report``; a test holds the two to each other)."""
-    ids, totals = raw.ids, raw
+    ids = raw.ids
     policy = prepared.policy
     n = len(ids)
     if type(policy) is ReducePolicy:
         trigger: Any = {"chars": policy.trigger_chars, "tokens": policy.trigger_tokens}
         target: Any = {"chars": policy.watermark_chars, "tokens": policy.watermark_tokens}
-        reached: Any = totals.watermark_met
+        reached: Any = raw.watermark_met
         steps = [
             {"id": step.id, "kind": "trim", "fragmentId": step.fragment_id,
              "status": d.status, "reason": d.reason, "message": None,
@@ -153,11 +153,11 @@ def fused_report_json(
     return {
         "mode": policy.mode, "kernel": _kernel.IMPLEMENTATION, "implementation": "default",
         "triggered": raw.triggered, "trigger": trigger, "target": target,
-        "before": {"chars": totals.chars_before, "tokens": None,
-                   "messages": totals.messages_before, "fragments": n,
-                   "opaqueParts": totals.opaque_before},
-        "after": {"chars": totals.chars_after, "tokens": None, "messages": totals.messages_after,
-                  "fragments": n, "opaqueParts": totals.opaque_after},
+        "before": {"chars": raw.chars_before, "tokens": None,
+                   "messages": raw.messages_before, "fragments": n,
+                   "opaqueParts": raw.opaque_before},
+        "after": {"chars": raw.chars_after, "tokens": None, "messages": raw.messages_after,
+                  "fragments": n, "opaqueParts": raw.opaque_after},
         "targetReached": reached,
         "missedReason": fused_missed_reason(prepared, raw),
         "steps": steps,

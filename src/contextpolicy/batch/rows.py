@@ -144,10 +144,9 @@ def _fused_row(run: TableRun, messages: list[Any]) -> ObjectRow:
     prepared = run.prepared
     assert run.fused is not None
     raw = _kernel.reduce_transcript(messages, run.fused, run.trigger, run.watermark)
-    t = raw
-    figures = RowFigures(t.chars_before, t.chars_after, t.messages_before, t.messages_after,
-                         t.groups_removed, raw.triggered,
-                         bool(t.watermark_met) if run.reduces else None, None, None,
+    figures = RowFigures(raw.chars_before, raw.chars_after, raw.messages_before, raw.messages_after,
+                         raw.groups_removed, raw.triggered,
+                         bool(raw.watermark_met) if run.reduces else None, None, None,
                          fused_missed_reason(prepared, raw))
     ids = raw.ids
     # (the detail of an unknown-role is its role and count, which the figures leave out)

@@ -178,10 +178,10 @@ def fused_figures(raw: FusedRecord, target_reached: bool,
                    prepared: PreparedPolicy) -> Figures:
     """:func:`report_figures` of a run the kernel did in one call
     (``_kernel.reduce_transcript``), from its records (a test holds the two to each other)."""
-    t = raw
     missed = fused_missed_reason(prepared, raw)
-    return Figures(raw.triggered, target_reached, t.chars_before, t.chars_after,
-                   t.messages_before, t.messages_after, t.messages_removed, t.groups_removed,
+    return Figures(raw.triggered, target_reached, raw.chars_before, raw.chars_after,
+                   raw.messages_before, raw.messages_after, raw.messages_removed,
+                   raw.groups_removed,
                    [w.code for w in raw.warnings] if raw.warnings else [],
-                   t.chars_after < t.chars_before or t.messages_after < t.messages_before,
+                   raw.chars_after < raw.chars_before or raw.messages_after < raw.messages_before,
                    [missed] if missed is not None else [])

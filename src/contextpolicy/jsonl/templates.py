@@ -44,9 +44,8 @@ class FusedReports:
 
     @staticmethod
     def _figures(raw: FusedRecord) -> list[Any]:
-        t = raw
-        figures: list[Any] = [t.chars_before, t.messages_before, t.opaque_before, t.chars_after,
-                   t.messages_after, t.opaque_after]
+        figures: list[Any] = [raw.chars_before, raw.messages_before, raw.opaque_before,
+                              raw.chars_after, raw.messages_after, raw.opaque_after]
         for d in raw.steps:
             figures += (d.chars_before, d.chars_after, d.groups_before, d.groups_after,
                         d.messages_removed)
