@@ -1,4 +1,5 @@
-"""Helpers the test modules share."""
+"""The command line as the tests run it: the installed script, the example policy and corpora, a
+run's leftovers and worker processes."""
 
 from __future__ import annotations
 

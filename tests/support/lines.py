@@ -1,4 +1,6 @@
-"""Helpers the test modules share."""
+"""JSONL lines for the byte scan's tests: documents drawn and serialised every way JSON allows,
+framed into buffers, run through both kernels and the runner, and the figures and records a line
+must have."""
 
 from __future__ import annotations
 

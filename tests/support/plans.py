@@ -1,4 +1,4 @@
-"""Helpers the test modules share."""
+"""The hypothesis strategy of whole context plans."""
 
 from __future__ import annotations
 

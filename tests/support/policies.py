@@ -1,4 +1,4 @@
-"""Helpers the test modules share."""
+"""Reduce policies and transcripts for the missed-reason suites."""
 
 from __future__ import annotations
 

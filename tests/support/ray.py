@@ -1,4 +1,4 @@
-"""Helpers the test modules share."""
+"""A local Ray cluster for the extras suite and its benchmark."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Helpers the test modules share."""
+"""Arrow tables of transcripts for the columnar path's tests, and what ``reduce_table`` must give
+for a row."""
 
 from __future__ import annotations
 
