@@ -418,7 +418,7 @@ def test_ephemeral_agent_sends_the_kept_original_messages_and_keeps_its_state(
     use_async, pipeline_kernel
 ):
     model, probe, reports = ScriptedModel(), Probe(), []
-    middleware = ContextPolicyMiddleware(trim_policy(), counter=Words(), on_report=reports.append)
+    middleware = ContextPolicyMiddleware(trim_policy(), counter=Words(), on_report=reports.append, cut="plain")
     agent = create_agent(model, [lookup], system_prompt=SYSTEM, middleware=[probe, middleware],
                          checkpointer=InMemorySaver())
     state = run_turns(agent, 4, use_async)
@@ -466,7 +466,7 @@ def test_async_compress_handler_summary_is_sent_and_never_stored():
         "id": "sum", "kind": "compress", "fragmentId": "history", "handlerId": "summarize",
         "keepGroups": 1, "targetChars": 0}]}
     middleware = ContextPolicyMiddleware(policy, handlers={"summarize": summarize},
-                                         on_report=reports.append)
+                                         on_report=reports.append, cut="plain")
     agent = create_agent(model, [lookup], system_prompt=SYSTEM, middleware=[middleware],
                          checkpointer=InMemorySaver())
     state = run_turns(agent, 4, use_async=True)
@@ -615,7 +615,7 @@ def test_the_turn_is_reduced_only_by_a_step_that_names_it(policy):
 
     messages = turns_of(2) + [HumanMessage("now?", id="q")] + tool_rounds()
     middleware = ContextPolicyMiddleware(
-        policy, handlers={"summary": summary} if policy["mode"] == "reduce" else None)
+        policy, handlers={"summary": summary} if policy["mode"] == "reduce" else None, cut="plain")
     sent = call_middleware(middleware, messages)
     # The question and the agent's tool work on it are sent whole, as the same objects.
     tail = messages[-5:]
@@ -633,7 +633,7 @@ def test_the_turn_is_reduced_only_by_a_step_that_names_it(policy):
 def test_a_step_that_names_the_turn_keeps_its_newest_tool_rounds():
     messages = turns_of(1) + [HumanMessage("now?", id="q")] + tool_rounds(3)
     middleware = ContextPolicyMiddleware(trim_policy(target=0, keep=1, grouping="message",
-                                                     fragment="turn"))
+                                                     fragment="turn"), cut="plain")
     sent = call_middleware(middleware, messages)
     assert [m.id for m in sent[1:]] == [m.id for m in messages[:5]] + ["now-a2", "now-t2"]
     assert pairing_problems(sent) == []
@@ -766,7 +766,7 @@ def conversations(draw):
        st.sampled_from(["user-turn", "message"]))
 def test_every_call_keeps_the_invariants(messages, target, keep, grouping):
     middleware = ContextPolicyMiddleware(trim_policy(target=target, keep=keep,
-                                                     grouping=grouping), counter=Words())
+                                                     grouping=grouping), counter=Words(), cut="plain")
     system = SystemMessage(SYSTEM)
     before = [m.model_dump() for m in messages]
     sent = call_middleware(middleware, messages, system)

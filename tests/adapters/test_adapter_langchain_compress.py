@@ -266,7 +266,7 @@ def run_agent(middleware: ContextPolicyMiddleware, messages: list[BaseMessage],
 def test_ephemeral_agent_sends_the_originals_and_the_changed_messages_whole(case, use_async):
     messages = history()
     before = [dump(m) for m in messages]
-    middleware = ContextPolicyMiddleware(policy_of(case), handlers=handlers_of(case))
+    middleware = ContextPolicyMiddleware(policy_of(case), handlers=handlers_of(case), cut="plain")
     model, probe, state = run_agent(middleware, messages, use_async)
 
     (sent,), (handed,) = model.received, probe.seen
@@ -367,7 +367,7 @@ def test_what_each_handler_changed_and_kept():
 def test_a_langchain_chat_model_summary_beside_the_original_newest_turn():
     messages = history()
     middleware = ContextPolicyMiddleware(policy_of("summarize"), handlers=registry(summarize(
-        FakeListChatModel(responses=["what happened so far"]))))
+        FakeListChatModel(responses=["what happened so far"]))), cut="plain")
     model, _, _ = run_agent(middleware, messages, use_async=False)
     sent = model.received[0][1:]
     assert isinstance(sent[0], HumanMessage) and sent[0].content.endswith("what happened so far")
@@ -546,7 +546,7 @@ def policies(draw):
 def test_any_history_through_any_handlers_keeps_what_they_did_not_change(messages, policy, mode):
     document, handlers = policy
     before = [dump(m) for m in messages]
-    middleware = ContextPolicyMiddleware(document, handlers=handlers, mode=mode)
+    middleware = ContextPolicyMiddleware(document, handlers=handlers, mode=mode, cut="plain")
     if mode == "persist":
         update = middleware.before_model({"messages": messages}, None)
         sent = messages if update is None else update["messages"][1:]

@@ -274,7 +274,7 @@ def test_filter_inside_run_sync_sends_the_model_exactly_the_kept_items():
     sizes = [chars(old_turn(i)) for i in range(4)]
     target = sizes[2] + sizes[3]
     model = RecordingModel()
-    keep = context_policy_input_filter(trim(target))
+    keep = context_policy_input_filter(trim(target), cut="plain")
     spy = Spy(keep)
     result = Runner.run_sync(make_agent(model), [*history, question()], run_config=run_config(spy))
 
@@ -306,7 +306,7 @@ def test_filter_inside_run_sync_sends_the_model_exactly_the_kept_items():
 def test_filter_inside_run_streamed():
     history = [item for i in range(3) for item in old_turn(i)]
     model = RecordingModel()
-    spy = Spy(context_policy_input_filter(trim(chars(old_turn(2)))))
+    spy = Spy(context_policy_input_filter(trim(chars(old_turn(2))), cut="plain"))
 
     async def main() -> Any:
         streamed = Runner.run_streamed(make_agent(model), [*history, question()],
@@ -324,7 +324,7 @@ def test_filter_keeps_the_turn_in_progress_and_leading_instructions_at_any_targe
     model = RecordingModel()
     developer = {"role": "developer", "content": "Never guess."}
     history = [developer, *old_turn(0), *old_turn(1)]
-    keep = context_policy_input_filter(trim(0))
+    keep = context_policy_input_filter(trim(0), cut="plain")
     spy = Spy(keep)
     Runner.run_sync(make_agent(model), [*history, question()], run_config=run_config(spy))
     assert_model_got_what_the_filter_kept(model, spy)
@@ -344,7 +344,7 @@ def test_filter_keeps_the_turn_in_progress_and_leading_instructions_at_any_targe
 
 def test_filter_without_instructions():
     model = RecordingModel()
-    keep = context_policy_input_filter(trim(0))
+    keep = context_policy_input_filter(trim(0), cut="plain")
     spy = Spy(keep)
     Runner.run_sync(make_agent(model, instructions=None), [*old_turn(0), question()],
                     run_config=run_config(spy))
@@ -356,7 +356,7 @@ def test_filter_without_instructions():
 
 def test_filter_below_the_trigger_returns_every_item_the_sdk_gave():
     model = RecordingModel()
-    keep = context_policy_input_filter(trim(0, trigger=10**6))
+    keep = context_policy_input_filter(trim(0, trigger=10**6), cut="plain")
     spy = Spy(keep)
     Runner.run_sync(make_agent(model), [*old_turn(0), question()], run_config=run_config(spy))
     for given, returned in zip(spy.given, spy.returned):
@@ -381,7 +381,7 @@ def test_async_handlers_return_an_awaitable_and_work_in_runner_run():
         "id": "summary", "kind": "compress", "fragmentId": "history", "handlerId": "summarise",
         "keepGroups": 1, "targetChars": 0,
     }]}
-    keep = context_policy_input_filter(policy, handlers={"summarise": summarise})
+    keep = context_policy_input_filter(policy, handlers={"summarise": summarise}, cut="plain")
     assert keep.is_async
     history = [item for i in range(3) for item in old_turn(i)]
 
@@ -412,7 +412,7 @@ def test_async_handlers_return_an_awaitable_and_work_in_runner_run():
 
 
 def test_a_sync_filter_needs_no_event_loop():
-    keep = context_policy_input_filter(trim(0))
+    keep = context_policy_input_filter(trim(0), cut="plain")
     out = keep(call_data([*old_turn(0), question()]))
     assert isinstance(out, ModelInputData)
     assert out.input == [question()]
@@ -421,7 +421,7 @@ def test_a_sync_filter_needs_no_event_loop():
 
 def test_token_figures_from_the_counter():
     words = lambda text: len(text.split())  # noqa: E731
-    keep = context_policy_input_filter(trim(0), counter=words)
+    keep = context_policy_input_filter(trim(0), counter=words, cut="plain")
     items = [*old_turn(0), *old_turn(1), question("two words")]
     out = keep(call_data(items))
     report = keep.last_report
@@ -442,7 +442,7 @@ def test_pydantic_items_come_back_as_the_same_objects():
     output = {"type": "function_call_output", "call_id": "call_p", "output": "po"}
     turn = [question("old"), reasoning, call, output, answer]
     items = [*turn, *old_turn(1), question()]
-    keep = context_policy_input_filter(trim(chars(old_turn(1))))
+    keep = context_policy_input_filter(trim(chars(old_turn(1))), cut="plain")
     out = keep(call_data(items))
     assert identities(out.input) == identities(items[5:])
     dumped = [i.model_dump(exclude_unset=True) if hasattr(i, "model_dump") else i for i in items]
@@ -450,7 +450,7 @@ def test_pydantic_items_come_back_as_the_same_objects():
     assert keep.last_report.steps[0].chars_before == chars(dumped[:10])
 
     # Kept, they are the SDK's model objects themselves.
-    keep_all = context_policy_input_filter({"mode": "validate"})
+    keep_all = context_policy_input_filter({"mode": "validate"}, cut="plain")
     out = keep_all(call_data(items))
     assert identities(out.input) == identities(items)
     assert out.input[1] is reasoning and out.input[2] is call and out.input[4] is answer
@@ -476,7 +476,7 @@ def test_a_compress_step_hands_the_sdk_back_every_item_it_left_alone():
              *old_turn(2, 300), question()]
     before = copy.deepcopy(items)
     keep = context_policy_input_filter(compress("clear-tool-results"),
-                                       handlers=registry(clear_tool_results(keep=1)))
+                                       handlers=registry(clear_tool_results(keep=1)), cut="plain")
     out = keep(call_data(items)).input
     # Only the two older outputs were cleared: every other item is the SDK's own object.
     changed = [i for i, (a, b) in enumerate(zip(out, items, strict=True)) if a is not b]
@@ -490,7 +490,7 @@ def test_a_compress_step_hands_the_sdk_back_every_item_it_left_alone():
     # Inside the runner: the model is sent the SDK's items, but for the ones a handler cut.
     model = RecordingModel()
     spy = Spy(context_policy_input_filter(compress("truncate-messages"),
-                                          handlers=registry(truncate_messages(max_chars=100))))
+                                          handlers=registry(truncate_messages(max_chars=100)), cut="plain"))
     history = [item for i in range(3) for item in old_turn(i, 300)]
     Runner.run_sync(make_agent(model), [*history, question()], run_config=run_config(spy))
     for given, returned in zip(spy.given, spy.returned, strict=True):
@@ -507,7 +507,7 @@ def test_a_compress_step_hands_the_sdk_back_every_item_it_left_alone():
 def test_validate_mode_reports_an_orphan_output_and_drops_nothing():
     items = [question("old"), {"type": "function_call_output", "call_id": "call_gone",
                                "output": "late"}, question()]
-    keep = context_policy_input_filter({"mode": "validate"})
+    keep = context_policy_input_filter({"mode": "validate"}, cut="plain")
     out = keep(call_data(items))
     assert identities(out.input) == identities(items)
     warnings = [(w.code, w.fragment_id, w.tool_call_id) for w in keep.last_report.warnings]
@@ -577,7 +577,7 @@ def test_every_problem_of_the_policy_at_once():
 
 
 def test_bad_items_are_plan_errors_from_the_run():
-    keep = context_policy_input_filter(trim(0))
+    keep = context_policy_input_filter(trim(0), cut="plain")
     with pytest.raises(ContextPlanError) as info:
         keep(call_data([question("old"), "not an item", question()]))
     # Named where the SDK's list holds it (the item is measured before it is in a fragment).
@@ -619,7 +619,7 @@ def test_openai_agents_4322_function_call_output_whose_call_was_cut():
     history = [*big_call, *parallel_turn(1), *parallel_turn(2)]
     sizes = [chars(big_call), chars(parallel_turn(1)), chars(parallel_turn(2))]
     for target in range(0, sum(sizes) + 2):
-        keep = context_policy_input_filter(trim(target))
+        keep = context_policy_input_filter(trim(target), cut="plain")
         out = keep(call_data([*history, question()]))
         assert orphans(out.input) == []
         assert not [w for w in keep.last_report.warnings if w.code == "orphan-tool-result"]
@@ -634,7 +634,7 @@ def test_openai_agents_4322_function_call_output_whose_call_was_cut():
     finished = first.to_input_list()
     assert [i.get("type") for i in finished].count("function_call_output") == 2
     model = RecordingModel()
-    spy = Spy(context_policy_input_filter(trim(chars(finished[4:]))))
+    spy = Spy(context_policy_input_filter(trim(chars(finished[4:])), cut="plain"))
     Runner.run_sync(make_agent(model), [*finished, question("second")],
                     run_config=run_config(spy))
     assert_model_got_what_the_filter_kept(model, spy)
@@ -653,7 +653,7 @@ def test_openai_agents_2503_reasoning_item_never_left_without_its_following_item
     total = chars(history)
     for grouping in ("user-turn", "message"):
         for target in range(0, total + 2, 3):
-            keep = context_policy_input_filter(trim(target, grouping=grouping))
+            keep = context_policy_input_filter(trim(target, grouping=grouping), cut="plain")
             out = keep(call_data(items))
             kept = {id(item) for item in out.input}
             for i in glued:
@@ -669,7 +669,7 @@ def test_openai_agents_2503_reasoning_item_never_left_without_its_following_item
     # Inside the runner: the reasoning item of the turn in progress reaches the model with the
     # function_call it preceded.
     model = RecordingModel()
-    spy = Spy(context_policy_input_filter(trim(0)))
+    spy = Spy(context_policy_input_filter(trim(0), cut="plain"))
     Runner.run_sync(make_agent(model), items, run_config=run_config(spy))
     assert [i.get("type", "message") for i in model.calls[1].snapshot] == [
         "message", "reasoning", "function_call", "function_call_output"]
@@ -687,7 +687,7 @@ def test_autogen_7955_no_middle_pop_orphans_function_results():
         starts.append(starts[-1] + len(turn))
     for keep_groups in (0, 1, 2):
         for target in range(0, sum(sizes) + 2, 2):
-            keep = context_policy_input_filter(trim(target, keep=keep_groups))
+            keep = context_policy_input_filter(trim(target, keep=keep_groups), cut="plain")
             items = [*history, question()]
             out = keep(call_data(items))
             kept_history = out.input[:-1]
@@ -744,7 +744,7 @@ def test_any_history_trims_to_whole_oldest_groups_with_figures_as_measured(
                             "arguments": "{}"},
                {"type": "function_call_output", "call_id": "now", "output": "o"}]
     items = [*history, *current]
-    keep = context_policy_input_filter(trim(target, keep=keep_groups, grouping=grouping))
+    keep = context_policy_input_filter(trim(target, keep=keep_groups, grouping=grouping), cut="plain")
     out = keep(call_data(items))
     n = len(out.input) - len(current)
     # A suffix of the history, then the turn in progress, all as the SDK's objects.
@@ -776,7 +776,7 @@ def test_any_history_trims_to_whole_oldest_groups_with_figures_as_measured(
 
 def test_session_reduces_what_get_items_returns_and_stores_everything(tmp_path):
     store = SQLiteSession("chat", tmp_path / "chat.db")
-    session = ContextPolicySession(store, trim(0, keep=1))
+    session = ContextPolicySession(store, trim(0, keep=1), cut="plain")
     assert isinstance(session, Session)
     assert session.session_id == "chat"
     model = RecordingModel()
@@ -820,9 +820,9 @@ def test_session_reduces_what_get_items_returns_and_stores_everything(tmp_path):
 
 def test_session_in_memory_with_a_filter_too():
     store = SQLiteSession("memory")
-    session = ContextPolicySession(store, {"mode": "validate"})
+    session = ContextPolicySession(store, {"mode": "validate"}, cut="plain")
     model = RecordingModel()
-    spy = Spy(context_policy_input_filter(trim(0)))
+    spy = Spy(context_policy_input_filter(trim(0), cut="plain"))
     agent = make_agent(model)
     Runner.run_sync(agent, "first", session=session, run_config=run_config(spy))
     Runner.run_sync(agent, "second", session=session, run_config=run_config(spy))
@@ -864,7 +864,7 @@ class ContextAwareSession:
                     reason="this SDK hands no run context to sessions")
 def test_session_hands_the_run_context_to_a_session_that_takes_it():
     inner = ContextAwareSession()
-    session = ContextPolicySession(inner, trim(0))
+    session = ContextPolicySession(inner, trim(0), cut="plain")
     model = RecordingModel()
     Runner.run_sync(make_agent(model), "hello", session=session, run_config=run_config(),
                     context={"user": 7})
@@ -874,7 +874,7 @@ def test_session_hands_the_run_context_to_a_session_that_takes_it():
     assert len(inner.items) == 5
 
     plain = SQLiteSession("plain")
-    wrapped = ContextPolicySession(plain, trim(0))
+    wrapped = ContextPolicySession(plain, trim(0), cut="plain")
     run(wrapped.add_items([question("x")], wrapper=object()))  # not handed on
     assert run(plain.get_items()) == [question("x")]
     plain.close()
@@ -915,7 +915,7 @@ def summary_of(request: Any) -> list[dict[str, Any]]:
 def test_the_turn_is_reduced_only_by_a_step_that_names_it(policy):
     items = [*old_turn(0), *old_turn(1), question(), *turn_in_progress()]
     keep = context_policy_input_filter(policy, handlers={"summary": summary_of}
-                                       if policy["mode"] == "reduce" else None)
+                                       if policy["mode"] == "reduce" else None, cut="plain")
     out = keep(call_data(items))
     # The question and every item after it are sent, as the SDK's objects, in order.
     assert identities(out.input[-7:]) == identities(items[-7:])
@@ -935,7 +935,7 @@ def test_a_step_that_names_the_turn_trims_its_oldest_tool_rounds():
         "id": "tools", "kind": "trim", "fragmentId": "turn", "grouping": {"kind": "message"},
         "keepGroups": 1, "targetChars": 0}]}
     items = [*old_turn(0), question(), *turn_in_progress()]
-    keep = context_policy_input_filter(policy)
+    keep = context_policy_input_filter(policy, cut="plain")
     out = keep(call_data(items))
     # The history and the question stay; the turn keeps its newest round, reasoning included.
     assert identities(out.input) == identities([*items[:6], *items[-3:]])
@@ -988,12 +988,12 @@ def test_one_policy_document_works_unchanged_in_both_adapters():
         ]
     items = [*old_turn(0), *old_turn(1), question(), *turn_in_progress()]
 
-    middleware = lc_adapter.ContextPolicyMiddleware(document)
+    middleware = lc_adapter.ContextPolicyMiddleware(document, cut="plain")
     sent: list[Any] = []
     request = ModelRequest(model=GenericFakeChatModel(messages=iter([])), messages=messages,
                            system_message=SystemMessage(INSTRUCTIONS))
     middleware.wrap_model_call(request, lambda r: sent.append(r) or ModelResponse(result=[]))
-    keep = context_policy_input_filter(document)
+    keep = context_policy_input_filter(document, cut="plain")
     out = keep(call_data(items))
 
     # Each keeps the newest finished turn, the question, and the newest round of tool work.

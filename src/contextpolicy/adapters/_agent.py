@@ -37,7 +37,7 @@ from ..policy import AuditPolicy, validate_context_policy
 from ..policy.validation import dedupe
 from ..prepared import PreparedPolicy, carried_options, prepare_policy
 
-__all__ = ["FRAGMENT_IDS", "REDUCIBLE_IDS", "agent_plan", "prepare_agent_policy"]
+__all__ = ["FRAGMENT_IDS", "REDUCIBLE_IDS", "agent_plan", "prepare_agent_policy", "under"]
 
 FRAGMENT_IDS = ("instructions", "system", "history", "question", "turn")
 # The fragments a step may name: the others are protected.
@@ -76,7 +76,7 @@ def agent_plan(
         flags = _kernel.measure_messages(messages)[2]
         head = _kernel.split_transcript(messages)[0]
     except ContextPlanError as exc:
-        raise _under(exc, path) from None
+        raise under(exc, path) from None
     at = n
     if question:
         openers = np.flatnonzero(flags[head:] & FLAG_OPENS_TURN)
@@ -95,7 +95,7 @@ def agent_plan(
     return ContextPlan(fragments=fragments)
 
 
-def _under(exc: ContextPlanError, path: str) -> ContextPlanError:
+def under(exc: ContextPlanError, path: str) -> ContextPlanError:
     """``exc`` (whose paths start ``messages[...]``) with its paths under ``path``."""
     issues = [Issue(path + issue.path[len("messages"):], issue.message, issue.code)
               if issue.path.startswith("messages") else issue for issue in exc.issues]

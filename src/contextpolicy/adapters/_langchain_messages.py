@@ -52,6 +52,7 @@ from ..content import same
 from ..errors import ContextPlanError
 from ..plan import ContextPlan
 from ..report import ContextResult
+from ..stable import StableResult
 from ._agent import agent_plan
 from ._returned import origins, trimmed_away
 
@@ -320,6 +321,24 @@ class Split:
         return len(kept) == len(self.messages) and all(
             a is b for a, b in zip(kept, self.messages, strict=True)
         )
+
+
+def traced(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]],
+           result: StableResult, skip: int) -> list[BaseMessage]:
+    """The messages of a stable cut's ``result.input`` after its first ``skip`` (the system
+    message given apart), mapped back through ``result.sources``: the original object for a
+    dict that is the original's; the original with the changes an earlier or this call's
+    handler made (:func:`edited`); a new message where no original stands behind."""
+    out: list[BaseMessage] = []
+    for j in range(skip, len(result.input)):
+        d, s = result.input[j], result.sources[j]
+        if s < 0:
+            out.append(from_chat_dict(d, j))
+        elif d is dicts[s]:
+            out.append(messages[s])
+        else:
+            out.append(edited(messages[s], dicts[s], d, j))
+    return out
 
 
 def split_messages(

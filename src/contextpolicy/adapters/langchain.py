@@ -2,7 +2,9 @@
 
 - :class:`ContextPolicyMiddleware`: a LangChain v1 agent middleware (``create_agent(...,
   middleware=[...])``). ``mode="ephemeral"`` reduces what each model call is sent and leaves the
-  agent's state as it is; ``mode="persist"`` writes the reduction back to the state.
+  agent's state as it is, by default with the cache-stable cut (:mod:`contextpolicy.stable`: a
+  call gets what a persisted reduction would hold, so the provider's cached prefix survives);
+  ``mode="persist"`` writes the reduction back to the state.
 - :func:`context_policy_node`: a LangGraph node (sync and async) that reduces a state's messages,
   streams the policy's events through the graph's ``custom`` stream, and stops with its task.
 - :func:`langchain_token_counter`: one of this library's token counters as the
@@ -47,8 +49,9 @@ from ..core import aprocess_context, process_context
 from ..errors import ContextPolicyError
 from ..prepared import PreparedPolicy
 from ..report import ContextEvent, ContextReport, ContextResult
+from ..stable import CutReport, StableCut, StableResult
 from ._agent import FRAGMENT_IDS, prepare_agent_policy
-from ._langchain_messages import Split, as_messages, chat_dicts, split_messages
+from ._langchain_messages import Split, as_messages, chat_dict, chat_dicts, split_messages, traced
 
 __all__ = [
     "FRAGMENT_IDS",
@@ -59,6 +62,7 @@ __all__ = [
 ]
 
 MODES = ("ephemeral", "persist")
+CUTS = ("stable", "plain")
 # The key of every event a node streams: {"contextpolicy": event.type, **event.data}.
 STREAM_KEY = "contextpolicy"
 
@@ -88,7 +92,11 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
 
     ``mode="ephemeral"`` (``wrap_model_call``): each call's messages are reduced for that call
     only; the system message counts as the protected ``system`` fragment and is sent as it was;
-    the state keeps every message. ``mode="persist"`` (``before_model``): the state's messages
+    the state keeps every message. ``cut="stable"`` (the default) sends each call what a
+    persisted reduction would hold (:class:`~contextpolicy.stable.StableCut`: the cut moves only
+    when the trigger fires, so a prompt cache keeps its prefix; ``last_cut`` says what it did,
+    ``store`` keeps what ``summarize`` wrote); ``cut="plain"`` reduces each call's whole history
+    afresh. ``mode="persist"`` (``before_model``): the state's messages
     are reduced and the state is updated (``RemoveMessage(REMOVE_ALL_MESSAGES)`` and the kept
     messages) when something was removed; the agent's system prompt is not in the state, so it
     is not counted there.
@@ -119,11 +127,16 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         on_event: Callable[[ContextEvent], None] | None = None,
         cancel: Any = None,
         name: str = "ContextPolicyMiddleware",
+        cut: str = "stable",
+        store: Any = None,
     ) -> None:
         super().__init__()
         if mode not in MODES:
             raise ContextPolicyError(f"expected 'ephemeral' or 'persist', got {mode!r}",
                                      path="mode", code="invalid-option")
+        if cut not in CUTS:
+            raise ContextPolicyError(f"expected 'stable' or 'plain', got {cut!r}",
+                                     path="cut", code="invalid-option")
         if (mode == "persist") != isinstance(self, _PersistingMiddleware):
             raise TypeError(f"mode={mode!r} on a subclass of ContextPolicyMiddleware: the mode "
                             "is the class (subclass the middleware of that mode)")
@@ -134,6 +147,10 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self.cancel = cancel
         self._prepared: PreparedPolicy = prepare_agent_policy(policy, handlers, counter)
         self._last: ContextResult | None = None
+        self.cut = cut
+        # A persisted reduction is stable by itself: the state it writes is the next call's.
+        self._stable = StableCut(self._prepared, store=store) if (
+            mode == "ephemeral" and cut == "stable") else None
 
     @property
     def name(self) -> str:
@@ -150,6 +167,12 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
     def last_report(self) -> ContextReport | None:
         """The report of this instance's latest run (``None`` before the first)."""
         return None if self._last is None else self._last.report
+
+    @property
+    def last_cut(self) -> CutReport | None:
+        """What the stable cut did in this instance's latest run (``None`` before the first,
+        or without the stable cut)."""
+        return self._last.cut if isinstance(self._last, StableResult) else None
 
     def _finished(self, result: ContextResult) -> None:
         self._last = result
@@ -168,16 +191,40 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self._finished(result)
         return _replacement(split, result)
 
+    def _stable_kept(
+        self, request: ModelRequest[Any], dicts: list[dict[str, Any]],
+        apart: dict[str, Any] | None, result: StableResult,
+    ) -> list[BaseMessage] | None:
+        self._finished(result)
+        messages = request.messages
+        kept = traced(messages, dicts, result, 1 if apart is not None else 0)
+        same = len(kept) == len(messages) and all(
+            a is b for a, b in zip(kept, messages, strict=True))
+        return None if same else kept
+
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]
     ) -> Any:
-        kept = self._run(_request_split(request))
+        if self._stable is None:
+            kept = self._run(_request_split(request))
+        else:
+            dicts, apart = _request_dicts(request)
+            result = self._stable.process(dicts, lead=[apart] if apart is not None else (),
+                                          on_event=self.on_event, cancel=self.cancel)
+            kept = self._stable_kept(request, dicts, apart, result)
         return handler(_with_messages(request, kept))
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
     ) -> Any:
-        kept = await self._arun(_request_split(request))
+        if self._stable is None:
+            kept = await self._arun(_request_split(request))
+        else:
+            dicts, apart = _request_dicts(request)
+            result = await self._stable.aprocess(
+                dicts, lead=[apart] if apart is not None else (), on_event=self.on_event,
+                cancel=self.cancel)
+            kept = self._stable_kept(request, dicts, apart, result)
         return await handler(_with_messages(request, kept))
 
 
@@ -197,11 +244,23 @@ class _PersistingMiddleware(ContextPolicyMiddleware):
         return None if kept is None else {"messages": _replace_all(kept)}
 
 
-def _request_split(request: ModelRequest[Any]) -> Split:
+def _request_system(request: ModelRequest[Any]) -> SystemMessage | None:
     system = getattr(request, "system_message", None)
     if system is None and getattr(request, "system_prompt", None) is not None:
         system = SystemMessage(content=request.system_prompt)  # langchain before system_message
-    return split_messages(request.messages, system, "request.messages")
+    return system
+
+
+def _request_split(request: ModelRequest[Any]) -> Split:
+    return split_messages(request.messages, _request_system(request), "request.messages")
+
+
+def _request_dicts(request: ModelRequest[Any]) -> tuple[list[dict[str, Any]],
+                                                        dict[str, Any] | None]:
+    """The chat dicts of a request's messages, and of its system message given apart."""
+    system = _request_system(request)
+    return (chat_dicts(request.messages, "request.messages"),
+            chat_dict(system) if system is not None else None)
 
 
 def _with_messages(

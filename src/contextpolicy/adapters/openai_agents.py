@@ -58,6 +58,8 @@ from typing import TYPE_CHECKING, Any
 from pydantic import BaseModel
 
 from ..core import aprocess_context, process_context
+from ..errors import ContextPolicyError
+from ..stable import CutReport, StableCut, StableResult
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy
 from ._returned import origins
 
@@ -124,6 +126,19 @@ def _plan(instructions: str | None, messages: list[Any], question: bool) -> Cont
                       path="input" if question else "items")
 
 
+def _traced(result: StableResult, skip: int, messages: list[Any],
+            back: dict[int, Any]) -> list[Any]:
+    """The items of a stable cut's input after its first ``skip``: the SDK's own object for
+    each one that is a given item as it was (``result.sources``), the cut's dict otherwise."""
+    out: list[Any] = []
+    for j in range(skip, len(result.input)):
+        item, s = result.input[j], result.sources[j]
+        if s >= 0 and item is messages[s]:
+            item = back.get(id(item), item)
+        out.append(item)
+    return out
+
+
 def _kept(result: ContextResult, instructions: str | None, messages: list[Any],
           back: dict[int, Any]) -> list[Any]:
     """The items of a result's input, as the SDK's own objects wherever it sent them: every
@@ -145,15 +160,25 @@ class _Reducer:
     share."""
 
     def __init__(self, policy: Any, counter: Any,
-                 handlers: Mapping[str, Callable[..., Any]] | None) -> None:
+                 handlers: Mapping[str, Callable[..., Any]] | None, cut: str,
+                 store: Any) -> None:
+        if cut not in ("stable", "plain"):
+            raise ContextPolicyError(f"expected 'stable' or 'plain', got {cut!r}", path="cut",
+                                     code="invalid-option")
         self.model_input_data = _model_input_data_type()
         self.prepared = prepare_agent_policy(policy, handlers, counter)
         self.is_async = any(_is_coroutine_function(h) for h in self.prepared.handlers.values())
+        self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.last_result: ContextResult | None = None
 
     def reduce(self, instructions: str | None, items: Sequence[Any], *,
                question: bool) -> list[Any]:
         messages, back = _as_messages(items)
+        if self.stable is not None:
+            stable = self.stable.process(messages, instructions=instructions, question=question,
+                                         path="input" if question else "items")
+            self.last_result = stable
+            return _traced(stable, instructions is not None, messages, back)
         result = process_context(_plan(instructions, messages, question), self.prepared)
         self.last_result = result
         return _kept(result, instructions, messages, back)
@@ -161,6 +186,12 @@ class _Reducer:
     async def areduce(self, instructions: str | None, items: Sequence[Any], *,
                       question: bool) -> list[Any]:
         messages, back = _as_messages(items)
+        if self.stable is not None:
+            stable = await self.stable.aprocess(messages, instructions=instructions,
+                                                question=question,
+                                                path="input" if question else "items")
+            self.last_result = stable
+            return _traced(stable, instructions is not None, messages, back)
         result = await aprocess_context(_plan(instructions, messages, question), self.prepared)
         self.last_result = result
         return _kept(result, instructions, messages, back)
@@ -168,6 +199,11 @@ class _Reducer:
     @property
     def last_report(self) -> ContextReport | None:
         return self.last_result.report if self.last_result is not None else None
+
+    @property
+    def last_cut(self) -> CutReport | None:
+        result = self.last_result
+        return result.cut if isinstance(result, StableResult) else None
 
 
 class _Reports:
@@ -189,6 +225,12 @@ class _Reports:
     def last_report(self) -> ContextReport | None:
         return self._reducer.last_report
 
+    @property
+    def last_cut(self) -> CutReport | None:
+        """What the stable cut did in the latest call (``None`` before it, or with
+        ``cut="plain"``)."""
+        return self._reducer.last_cut
+
 
 class ContextPolicyInputFilter(_Reports):
     """A ``call_model_input_filter`` that runs a context policy before every model call.
@@ -199,13 +241,15 @@ class ContextPolicyInputFilter(_Reports):
     function (``is_async``), an awaitable of it; the SDK awaits either.
 
     ``last_report`` is the :class:`~contextpolicy.ContextReport` of the latest call (``None``
-    before the first), ``last_result`` its whole :class:`~contextpolicy.ContextResult`. One
+    before the first), ``last_result`` its whole :class:`~contextpolicy.ContextResult`,
+    ``last_cut`` what the stable cut did (:class:`~contextpolicy.stable.CutReport`). One
     filter shared by concurrent runs holds whichever call finished last.
     """
 
     def __init__(self, policy: Any, *, counter: Any = None,
-                 handlers: Mapping[str, Callable[..., Any]] | None = None) -> None:
-        self._reducer = _Reducer(policy, counter, handlers)
+                 handlers: Mapping[str, Callable[..., Any]] | None = None,
+                 cut: str = "stable", store: Any = None) -> None:
+        self._reducer = _Reducer(policy, counter, handlers, cut, store)
 
     @property
     def is_async(self) -> bool:
@@ -233,6 +277,7 @@ class ContextPolicyInputFilter(_Reports):
 def context_policy_input_filter(
     policy: Any, *, counter: Any = None,
     handlers: Mapping[str, Callable[..., Any]] | None = None,
+    cut: str = "stable", store: Any = None,
 ) -> ContextPolicyInputFilter:
     """A ``call_model_input_filter`` for ``agents.RunConfig`` that runs ``policy`` (a policy
     document, a typed policy or a prepared one) before every model call.
@@ -241,9 +286,15 @@ def context_policy_input_filter(
     every problem): a policy of mode ``validate`` or ``reduce`` whose steps name ``history``
     or ``turn``; a prepared policy carries its handlers and counter, so neither is passed
     beside it.
+
+    ``cut="stable"`` (the default) gives each model call what a persisted reduction would hold
+    (:class:`~contextpolicy.stable.StableCut`): the cut moves only when the trigger fires, so
+    the provider's cached prefix survives; ``store`` keeps what a handler that cannot be
+    replayed wrote (``summarize``). ``cut="plain"`` reduces each call's whole input afresh.
     See :class:`ContextPolicyInputFilter` for what a call returns.
     """
-    return ContextPolicyInputFilter(policy, counter=counter, handlers=handlers)
+    return ContextPolicyInputFilter(policy, counter=counter, handlers=handlers, cut=cut,
+                                    store=store)
 
 
 def _accepts_wrapper(method: Any) -> bool:
@@ -276,12 +327,15 @@ class ContextPolicySession(_Reports):
     own writes on retries and resumed runs) returns the stored items unreduced, so the SDK's
     bookkeeping sees the store as it is; a ``SessionSettings(limit=...)`` therefore applies
     instead of the policy. ``last_report`` is the report of the latest reduced read.
+    ``cut`` and ``store`` are the filter's (:func:`context_policy_input_filter`): by default a
+    read gets what the history would hold had the policy run before each earlier model call.
     """
 
     def __init__(self, session: Any, policy: Any, *, counter: Any = None,
-                 handlers: Mapping[str, Callable[..., Any]] | None = None) -> None:
+                 handlers: Mapping[str, Callable[..., Any]] | None = None,
+                 cut: str = "stable", store: Any = None) -> None:
         self.session = session
-        self._reducer = _Reducer(policy, counter, handlers)
+        self._reducer = _Reducer(policy, counter, handlers, cut, store)
         self._wrapper_methods = frozenset(
             name for name in ("get_items", "add_items", "pop_item", "clear_session")
             if _accepts_wrapper(getattr(session, name, None))
