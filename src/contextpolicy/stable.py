@@ -386,10 +386,13 @@ class _Replay:
                 continue
             origin = traced[j]
             src.append(src_of[origin.source] if origin is not None else -1)
+            if origin is not None and origin.unchanged:  # the handler's copy of it, as it was
+                own.append(own_of[origin.source])
+                continue
             copy = snapshot(d)
             exact = exact and copy is not None
             own.append(copy if copy is not None else d)
-        changed = len(kept) != len(given) or any(j is None for j in found)
+        changed = src != src_of or any(a is not b for a, b in zip(own, own_of, strict=False))
         self.state = _State(
             src, own, int(_kernel.measure_messages(list(kept))[1].sum()) if kept else 0, p,
             call if changed else state.last_cut, exact)

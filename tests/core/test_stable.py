@@ -1,0 +1,255 @@
+"""The cache-stable cut (``contextpolicy.stable``): each call's input equals what a persisted
+reduction would hold, on both kernels, cold and through the memo, whatever the messages are."""
+
+from __future__ import annotations
+
+import copy
+from itertools import pairwise
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from contextpolicy import ContextPlanError, ContextPolicyError, check_input_budget
+from contextpolicy.handlers import clear_tool_results, registry, summarize, truncate_messages
+from contextpolicy.stable import StableCut, StableResult
+from contextpolicy.stores import MemoryStore
+from tests.support.replays import call_points, persisted, tool_session
+
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
+HANDLERS = registry(clear_tool_results(keep=1, min_chars=50), truncate_messages(max_chars=300))
+
+
+def trim(trigger: int = 60_000, target: int = 30_000, keep: int = 1,
+         grouping: str = "user-turn", fragment: str = "history") -> dict[str, Any]:
+    return {"mode": "reduce", "triggerChars": trigger, "targetInputChars": target, "steps": [
+        {"id": "trim", "kind": "trim", "fragmentId": fragment, "targetChars": target,
+         "keepGroups": keep, "grouping": {"kind": grouping}}]}
+
+
+def clear_then_trim(trigger: int = 60_000, target: int = 30_000) -> dict[str, Any]:
+    policy = trim(trigger, target)
+    policy["steps"].insert(0, {"id": "clear", "kind": "compress", "fragmentId": "history",
+                               "targetChars": target, "handlerId": "clear-tool-results"})
+    return policy
+
+
+def calls_of(messages: list[Any]) -> list[int]:
+    """The length of the history at every model call, the last one the whole list."""
+    return [*call_points(messages), len(messages)]
+
+
+# ---------------------------------------------------------------------------------------------
+# Sessions and policies, drawn.
+
+def _turn(draw: Any, t: int) -> list[dict[str, Any]]:
+    size = st.integers(0, 400)
+    out = [{"role": "user", "content": f"q{t}" + "q" * draw(size)}]
+    for r in range(draw(st.integers(0, 3))):
+        cid = f"c{t}.{r}"
+        if draw(st.booleans()):
+            out += [{"role": "assistant", "content": None, "tool_calls": [{
+                "id": cid, "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": cid, "content": "r" * draw(size)}]
+        else:  # Responses items: a reasoning item glued to its call, then the output
+            out += [{"type": "reasoning", "summary": [{"type": "summary_text", "text": "t"}]},
+                    {"type": "function_call", "call_id": cid, "name": "f", "arguments": "{}"},
+                    {"type": "function_call_output", "call_id": cid,
+                     "output": "o" * draw(size)}]
+    if draw(st.booleans()):
+        out.append({"role": "assistant", "content": "a" * draw(size)})
+        if draw(st.integers(0, 5)) == 0:  # two model outputs in a row
+            out.append({"role": "assistant", "content": "b"})
+    return out
+
+
+@st.composite
+def sessions(draw: Any) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if draw(st.booleans()):
+        out.append({"role": "system", "content": "be brief"})
+    for t in range(draw(st.integers(0, 12))):
+        out += _turn(draw, t)
+    return out
+
+
+@st.composite
+def policies(draw: Any) -> dict[str, Any]:
+    trigger = draw(st.integers(100, 4_000))
+    target = draw(st.integers(0, trigger))
+    steps: list[dict[str, Any]] = []
+    for i in range(draw(st.integers(1, 3))):
+        fragment = draw(st.sampled_from(["history", "history", "turn"]))
+        if draw(st.booleans()):
+            steps.append({"id": f"s{i}", "kind": "trim", "fragmentId": fragment,
+                          "targetChars": draw(st.integers(0, target)),
+                          "keepGroups": draw(st.integers(0, 2)),
+                          "grouping": {"kind": draw(st.sampled_from(["user-turn", "message"]))}})
+        else:
+            steps.append({"id": f"s{i}", "kind": "compress", "fragmentId": fragment,
+                          "targetChars": draw(st.integers(0, target)),
+                          "handlerId": draw(st.sampled_from(list(HANDLERS)))})
+    policy: dict[str, Any] = {"mode": "reduce", "triggerChars": trigger, "steps": steps}
+    if draw(st.booleans()):
+        policy["targetInputChars"] = max(1, target)
+    return policy
+
+
+# ---------------------------------------------------------------------------------------------
+# The property: equal to the persisted reduction, cold and warm.
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions(), policies(), st.sampled_from([None, "You are terse."]),
+       st.booleans())
+def test_every_call_gets_what_a_persisted_reduction_holds(messages, policy, instructions,
+                                                          with_lead):
+    lead = [{"role": "system", "content": "system prompt"}] if with_lead else []
+    warm = StableCut(policy, handlers=HANDLERS)
+    cold = StableCut(policy, handlers=HANDLERS, memo_size=0)
+    before = copy.deepcopy(messages)
+    for n in calls_of(messages):
+        history = messages[:n]
+        expected = persisted(history, warm.replaying, lead, instructions)
+        got = warm.process(history, lead=lead, instructions=instructions)
+        assert got.input == expected
+        assert cold.process(history, lead=lead, instructions=instructions).input == expected
+        # What the call's figures add up to: this call's input before its run, and what the
+        # earlier cuts hold back, are the history handed in.
+        handed = check_input_budget([*([{"role": "system", "content": instructions}]
+                                       if instructions is not None else []), *lead, *history])
+        assert got.report.before.chars + got.cut.held_chars == handed.chars
+        assert got.cut.calls == len(call_points(history)) + 1
+    assert messages == before  # never changed
+
+
+def test_a_session_cuts_only_when_the_trigger_fires_and_keeps_the_prefix_between():
+    messages = tool_session(60)
+    cut = StableCut(trim())
+    inputs, cuts = [], 0
+    for n in calls_of(messages):
+        result = cut.process(messages[:n])
+        cuts += result.cut.cut_this_call
+        inputs.append(result.input)
+        # Never above the trigger plus what one call adds.
+        assert result.report.after.chars <= 60_000 + 4_000
+    broken = sum(1 for a, b in pairwise(inputs) if b[:len(a)] != a)
+    assert cuts >= 3  # the session is long enough to cut several times
+    assert broken <= cuts
+
+
+def test_the_memo_replays_only_the_calls_since_and_a_cold_cut_replays_them_all():
+    messages = tool_session(40)
+    cut = StableCut(clear_then_trim(), handlers=HANDLERS)
+    first = cut.process(messages[:-4])
+    assert first.cut.replayed == len(call_points(messages[:-4]))
+    again = cut.process(messages)
+    assert again.cut.replayed == 2  # the two calls of the newest turn
+    assert again.input == StableCut(clear_then_trim(), handlers=HANDLERS,
+                                    memo_size=0).process(messages).input
+
+
+def test_the_memo_sees_a_message_changed_in_place():
+    messages = tool_session(30)
+    cut = StableCut(trim(20_000, 10_000))
+    cut.process(messages)
+    messages[3]["content"] = "x" * 9_000  # an old answer rewritten in place
+    messages.append({"role": "assistant", "content": "more"})
+    messages.append({"role": "user", "content": "and?"})
+    fresh = StableCut(trim(20_000, 10_000), memo_size=0).process(messages)
+    first = cut.process(messages)
+    assert first.input == fresh.input
+    assert first.cut.replayed == len(call_points(messages))  # the memo's entry was not used
+
+
+class Text(str):
+    def __eq__(self, other: object) -> bool:  # claims to equal everything
+        return True
+
+    __hash__ = str.__hash__
+
+
+class Message(dict):
+    pass
+
+
+def test_messages_of_other_types_are_cut_alike_and_never_memoised():
+    messages: list[Any] = tool_session(25)
+    messages[1] = Message(messages[1])
+    messages[2]["content"] = Text(messages[2]["content"])
+    cut = StableCut(trim(20_000, 10_000))
+    expected = persisted(messages, cut.replaying)
+    assert cut.process(messages).input == expected
+    assert cut.process(messages).cut.replayed == len(call_points(messages))  # not memoised
+    swapped = [*messages[:2], {**messages[2], "content": Text("y" * 9_000)}, *messages[3:]]
+    assert cut.process(swapped).input == persisted(swapped, cut.replaying)
+
+
+def test_a_summary_is_stored_by_the_content_it_replaced_and_never_asked_for_twice():
+    asked: list[int] = []
+
+    def model(text: str, target: int) -> str:
+        asked.append(len(text))
+        return "summary"
+
+    policy = {"mode": "reduce", "triggerChars": 20_000, "targetInputChars": 10_000, "steps": [
+        {"id": "sum", "kind": "compress", "fragmentId": "history", "handlerId": "summarize",
+         "targetChars": 2_000, "keepGroups": 1}]}
+    store = MemoryStore()
+    handlers = registry(summarize(model))
+    messages = tool_session(30)
+    cut = StableCut(policy, handlers=handlers, store=store)
+    results = [cut.process(messages[:n]) for n in calls_of(messages)]
+    summaries = sum(r.cut.handler_calls for r in results)
+    assert summaries == len(asked) >= 2 and len(store) == len(asked)
+    # A cold cut (a new process, say) with the same store replays without asking again.
+    again = StableCut(policy, handlers=handlers, store=store, memo_size=0).process(messages)
+    assert again.cut.handler_calls == 0 and again.cut.store_hits >= 2
+    assert again.input == results[-1].input and len(asked) == summaries
+    assert any("Summary of the earlier conversation" in str(m.get("content"))
+               for m in again.input)
+
+
+def test_the_sources_name_the_message_each_input_message_is_or_stands_for():
+    messages = tool_session(30)
+    result = StableCut(clear_then_trim(20_000, 10_000), handlers=HANDLERS).process(
+        messages, lead=[{"role": "system", "content": "s"}])
+    assert isinstance(result, StableResult) and result.sources[0] == -1
+    for message, source in zip(result.input[1:], result.sources[1:], strict=True):
+        original = messages[source]
+        assert message is original or (message["role"] == original["role"] == "tool"
+                                        and message["tool_call_id"] == original["tool_call_id"])
+
+
+def test_a_validate_policy_and_a_short_history_pass_as_they_are():
+    messages = tool_session(3)
+    for policy in ({"mode": "validate"}, trim()):
+        result = StableCut(policy).process(messages)
+        assert result.input == messages and all(
+            a is b for a, b in zip(result.input, messages, strict=True))
+        assert result.cut.held_messages == 0 and result.cut.last_cut is None
+
+
+def test_bad_input_is_a_clear_error():
+    cut = StableCut(trim())
+    with pytest.raises(ContextPlanError) as exc:
+        cut.process("not a list")  # type: ignore[arg-type]
+    assert exc.value.issues[0].path == "messages"
+    with pytest.raises(ContextPlanError) as exc:
+        cut.process([{"role": "user", "content": "hi"}, 7], path="input")
+    assert exc.value.issues[0].path.startswith("input[1]")
+    with pytest.raises(ValueError, match="memo_size"):
+        StableCut(trim(), memo_size=-1)
+    with pytest.raises(ContextPolicyError):
+        StableCut({"mode": "audit", "mutableFragmentIds": ["history"]})
+
+
+def test_async_runs_give_the_same_input():
+    import asyncio
+
+    messages = tool_session(30)
+    policy = clear_then_trim(20_000, 10_000)
+    sync = StableCut(policy, handlers=HANDLERS).process(messages)
+    result = asyncio.run(StableCut(policy, handlers=HANDLERS).aprocess(messages))
+    assert result.input == sync.input and result.cut == sync.cut
