@@ -938,7 +938,8 @@ def test_ids_registry_and_defaults():
     assert exc.value.codes == ["duplicate-id", "invalid-handler"]
     assert repr(clear_tool_results(keep=1, handler_id="x")) == (
         "clear_tool_results(keep=1, placeholder='[tool result cleared: {chars} chars]', "
-        "exclude_tools=(), clear_inputs=False, min_chars=100, handler_id='x')")
+        "exclude_tools=(), clear_inputs=False, min_chars=100, clear_at_least=0, "
+        "handler_id='x')")
 
 
 def _summary_fn(text: str, target: int) -> str:

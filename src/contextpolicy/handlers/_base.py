@@ -10,11 +10,14 @@ input and output, never from anything the handler says about itself.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from pydantic import BaseModel
 
-__all__ = ["BuiltinHandler"]
+if TYPE_CHECKING:
+    from ..implementations.base import CompressRequest
+
+__all__ = ["BuiltinHandler", "batched"]
 
 
 class BuiltinHandler:
@@ -48,3 +51,24 @@ class BuiltinHandler:
 
     def __hash__(self) -> int:
         return hash((type(self), self.handler_id, self.params))
+
+
+def batched(request: CompressRequest, before: Any, after: Any, least: int) -> Any:
+    """``after`` (what a handler made of ``before``, the request's content) when it is at
+    least ``least`` smaller than ``before`` (tokens with the request's counter, chars
+    otherwise), else ``before`` as it was (a new list of its messages): a handler that waits
+    until it can take a batch at once rewrites the history at a few calls, not at each one."""
+    if least <= 0 or after is before:
+        return after
+    counter = request.counter
+    if isinstance(before, str):
+        gain = (counter.count_text(before) - counter.count_text(after)) if counter is not None \
+            else len(before) - len(after)
+        return after if gain >= least else before
+    from ..accounting import measure_messages
+
+    if counter is not None:
+        gain = counter.count_messages(before) - counter.count_messages(after)
+    else:
+        gain = measure_messages(before).chars - measure_messages(after).chars
+    return after if gain >= least else list(before)

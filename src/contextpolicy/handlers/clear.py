@@ -13,6 +13,12 @@ botched into a well-formed call with no arguments. A tool named in
 ``exclude_tools`` is never cleared (a result whose tool cannot be named is left alone when
 ``exclude_tools`` is given), a result already holding the placeholder is not cleared again, and
 a result whose content holds tool blocks of its own (ids the pairing reads) is left whole.
+
+With ``clear_at_least``, the handler clears nothing unless at least that many chars (tokens,
+when the run has a counter) would go at once: old results are then cleared in batches, at a few
+model calls, rather than one more at each call, which would change the history the provider's
+prompt cache holds every time (Anthropic's ``clear_at_least`` and LangChain's
+``ClearToolUsesEdit`` batch the same way).
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._tables import TOOL_RESULT_PART, TOOL_USE_PART
 from ..content import plain_copy
-from ._base import BuiltinHandler
+from ._base import BuiltinHandler, batched
 from ._parts import (
     CallSlot,
     ResultSlot,
@@ -67,7 +73,8 @@ class ClearToolResults(BuiltinHandler):
                 f"{self.handler_id} clears the tool results of a messages fragment; fragment "
                 f"{request.fragment.id!r} holds text"
             )
-        return self.clear(request.content, request.kept or [])
+        cleared = self.clear(request.content, request.kept or [])
+        return batched(request, request.content, cleared, self.params.clear_at_least)
 
     def clear(self, messages: list[dict[str, Any]],
               kept: list[dict[str, Any]] | None = None) -> list[dict[str, Any]]:
@@ -209,6 +216,7 @@ def clear_tool_results(
     exclude_tools: tuple[str, ...] | list[str] = (),
     clear_inputs: bool = False,
     min_chars: int = 100,
+    clear_at_least: int = 0,
     handler_id: str | None = None,
 ) -> ClearToolResults:
     """A compress handler that clears old tool results (see the module's docstring); its id is
@@ -218,7 +226,7 @@ def clear_tool_results(
     """
     params = checked(CLEAR_TOOL_RESULTS, {
         "keep": keep, "placeholder": placeholder, "exclude_tools": exclude_tools,
-        "clear_inputs": clear_inputs, "min_chars": min_chars,
+        "clear_inputs": clear_inputs, "min_chars": min_chars, "clear_at_least": clear_at_least,
     })
     assert isinstance(params, ClearToolResultsParams)
     return ClearToolResults(params, handler_id)

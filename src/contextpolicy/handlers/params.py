@@ -79,24 +79,28 @@ class ClearToolResultsParams(_Params):
     """``clear_tool_results``: the newest ``keep`` tool results stay; older ones of at least
     ``min_chars`` chars, of tools not in ``exclude_tools``, get ``placeholder`` (``{chars}``:
     the chars cleared) in place of their content, and with ``clear_inputs`` their calls'
-    arguments are emptied too (only arguments that are a JSON object)."""
+    arguments are emptied too (only arguments that are a JSON object). With ``clear_at_least``,
+    nothing is cleared unless that much would go at once (chars, or tokens with a counter)."""
 
     keep: _Int = 3
     placeholder: _Str = DEFAULT_PLACEHOLDER
     exclude_tools: tuple[_Str, ...] = ()
     clear_inputs: _Bool = False
     min_chars: _Int = 100
+    clear_at_least: _Int = 0
 
 
 class TruncateMessagesParams(_Params):
     """``truncate_messages``: each text longer than ``max_chars`` keeps its first ``head`` and
     last ``tail`` code points around ``marker`` (``{chars}``: the chars cut). ``head`` defaults
-    to half of ``max_chars``, ``tail`` to a quarter."""
+    to half of ``max_chars``, ``tail`` to a quarter. With ``min_gain``, nothing is cut unless
+    that much would go at once (chars, or tokens with a counter)."""
 
     max_chars: _PositiveInt = 2000
     head: _Int | None = None
     tail: _Int | None = None
     marker: _Str = DEFAULT_MARKER
+    min_gain: _Int = 0
 
     @model_validator(mode="after")
     def _fits(self) -> Self:

@@ -10,6 +10,10 @@ Lengths are code points, as the report counts them. A cut never splits a surroga
 may hold one as two code points) and never separates a character from the combining marks,
 joiners, emoji modifiers and tags that follow it, a flag's two regional indicators, or a CRLF:
 the head ends, and the tail starts, on a character that begins a new one.
+
+With ``min_gain``, the handler cuts nothing unless at least that many chars (tokens, when the
+run has a counter) would go at once, so that it does not rewrite one more old message at every
+model call (each rewrite changes the history a provider's prompt cache holds).
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from .._tables import ITEM_MESSAGE, ITEM_OUTPUT, MAX_NESTING, TEXT_PART_TYPES, TOOL_RESULT_PART
 from ..content import plain_copy
-from ._base import BuiltinHandler
+from ._base import BuiltinHandler, batched
 from ._parts import item_of, part_type
 from .params import DEFAULT_MARKER, TRUNCATE_MESSAGES, TruncateMessagesParams, checked
 
@@ -93,10 +97,13 @@ class TruncateMessages(BuiltinHandler):
         return cut_text(text, p.head_chars, p.tail_chars, p.marker)
 
     def __call__(self, request: CompressRequest) -> str | list[dict[str, Any]]:
-        if isinstance(request.content, str):
-            cut = self.cut(request.content)
-            return request.content if cut is None else cut
-        return self.truncate(request.content)
+        content = request.content
+        if isinstance(content, str):
+            cut = self.cut(content)
+            out: str | list[dict[str, Any]] = content if cut is None else cut
+        else:
+            out = self.truncate(content)
+        return batched(request, content, out, self.params.min_gain)
 
     def truncate(self, messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """``messages`` with their long texts cut (a new list; ``messages`` is not changed)."""
@@ -158,6 +165,7 @@ def truncate_messages(
     head: int | None = None,
     tail: int | None = None,
     marker: str = DEFAULT_MARKER,
+    min_gain: int = 0,
     handler_id: str | None = None,
 ) -> TruncateMessages:
     """A compress handler that cuts long texts (see the module's docstring); its id is
@@ -168,6 +176,7 @@ def truncate_messages(
     """
     params = checked(TRUNCATE_MESSAGES, {
         "max_chars": max_chars, "head": head, "tail": tail, "marker": marker,
+        "min_gain": min_gain,
     })
     assert isinstance(params, TruncateMessagesParams)
     return TruncateMessages(params, handler_id)
