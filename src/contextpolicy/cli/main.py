@@ -1,4 +1,4 @@
-"""The ``contextpolicy`` command line: validate, reduce, audit, schema, bench, examples.
+"""The ``contextpolicy`` command line: validate, reduce, audit, replay, schema, bench, examples.
 
 Exit status, the same in every command and however a policy arrives (a file, standard input,
 inline JSON, YAML, the shipped example): 0 success; 1 a policy (or a handlers file) that does not
@@ -48,8 +48,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"contextpolicy {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND",
                                 parser_class=_Parser)
-    for add in (_validate_args, _reduce_args, _audit_args, _schema_args, _examples_args,
-                _bench_args):
+    for add in (_validate_args, _reduce_args, _audit_args, _replay_args, _schema_args,
+                _examples_args, _bench_args):
         add(sub)
     return parser
 
@@ -132,6 +132,59 @@ def _audit_args(sub: Any) -> None:
     p.add_argument("--policy", required=True, metavar="POLICY.json")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.set_defaults(func=cmd_audit)
+
+
+def _replay_args(sub: Any) -> None:
+    p = sub.add_parser(
+        "replay", help="price policies on recorded agent sessions, prompt cache included",
+        formatter_class=FORMAT,
+        description="Replay every model call of recorded agent sessions (JSONL lines "
+        '{"id", "messages"}; a call is the messages before each assistant message) as each '
+        "policy sends it, with the plain cut (each call reduced afresh) and the stable cut (what "
+        "a persisted reduction would hold), beside no reduction, and price the calls as a "
+        "prompt cache bills them: the leading messages equal to the previous call's at the "
+        "cache-read price, the rest at the cache-write price. Sizes are chars, or tokens with "
+        "--counter. With no INPUT, seeded sessions of --corpus; with no --policy, the shipped "
+        "agent policy (policy-agent.json with handlers-agent.json).",
+        epilog="examples:\n"
+        "  contextpolicy replay                       # the shipped agent policy, seeded traces\n"
+        "  contextpolicy replay sessions.jsonl --policy a.json --policy b.json \\\n"
+        "      --handlers handlers.json --plot cost.png\n"
+        "  contextpolicy replay sessions.jsonl --policy a.json --counter tiktoken:o200k_base "
+        "--json",
+    )
+    p.add_argument("input", nargs="?", metavar="INPUT",
+                   help="JSONL sessions (.gz too), - for standard input")
+    p.add_argument("--policy", action="append", metavar="POLICY.json",
+                   help="a policy to price (repeatable): a file, - or inline JSON")
+    p.add_argument("--handler", action="append", metavar="ID",
+                   help="register a built-in compress handler with its defaults (repeatable)")
+    p.add_argument("--handlers", metavar="HANDLERS.json",
+                   help="built-in handlers with parameters, as reduce takes them")
+    p.add_argument("--counter", metavar="NAME",
+                   help="count tokens: tiktoken:o200k_base, tiktoken:cl100k_base or "
+                   "hf:TOKENIZER.json (default: chars)")
+    p.add_argument("--input-price", type=float, metavar="USD",
+                   help="base input price per million (default 3.00)")
+    p.add_argument("--cache-write-price", type=float, metavar="USD",
+                   help="cache write price per million (default 1.25x the input price)")
+    p.add_argument("--cache-read-price", type=float, metavar="USD",
+                   help="cache read price per million (default 0.1x the input price)")
+    p.add_argument("--corpus", default="agent-traces", metavar="NAME",
+                   help="the seeded corpus replayed without INPUT (default agent-traces)")
+    p.add_argument("--sessions", type=int, default=40, metavar="N",
+                   help="seeded sessions without INPUT (default 40)")
+    p.add_argument("--json", action="store_true", help="print the rows as JSON")
+    p.add_argument("--plot", metavar="FILE.png",
+                   help="draw input per call and cumulative cost (needs matplotlib)")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_replay)
+
+
+def _cmd_replay(args: argparse.Namespace) -> int:
+    from .replay import cmd_replay
+
+    return cmd_replay(args)
 
 
 def _schema_args(sub: Any) -> None:
