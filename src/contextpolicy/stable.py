@@ -161,11 +161,12 @@ class StableCut:
         self.replaying = PreparedPolicy.of_valid(
             p.policy, stored_handlers(p.handlers, self.store), p.counter)
         typed = p.policy
-        self.cuts = type(typed) is ReducePolicy and (
-            typed.trigger_chars is not None or typed.trigger_tokens is not None)
+        reduce = typed if isinstance(typed, ReducePolicy) else None
+        self.cuts = reduce is not None and (
+            reduce.trigger_chars is not None or reduce.trigger_tokens is not None)
         # A trigger in chars alone is checked from the measured chars; a token one needs a run.
-        self.trigger = typed.trigger_chars if (
-            self.cuts and typed.trigger_tokens is None) else None
+        self.trigger = reduce.trigger_chars if (
+            reduce is not None and reduce.trigger_tokens is None) else None
         self.memo_size = memo_size
         self._memo: OrderedDict[int, _Entry] = OrderedDict()
         self._lock = threading.Lock()

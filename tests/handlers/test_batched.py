@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from contextpolicy import process_context
+from contextpolicy import ContextPolicyError, process_context
 from contextpolicy.handlers import clear_tool_results, from_config, registry, truncate_messages
 from contextpolicy.stable import StableCut
 from tests.support.replays import call_points, tool_session
@@ -85,9 +85,9 @@ def test_the_parameters_come_from_a_handlers_document_and_are_checked():
                             "truncate-messages": {"minGain": 300}})
     assert handlers["clear-tool-results"].params.clear_at_least == 4_000
     assert handlers["truncate-messages"].params.min_gain == 300
-    with pytest.raises(Exception, match="clearAtLeast"):
+    with pytest.raises(ContextPolicyError, match="clearAtLeast"):
         from_config({"clear-tool-results": {"clearAtLeast": -1}})
-    with pytest.raises(Exception, match="min_gain|minGain"):
+    with pytest.raises(Exception, match=r"min_gain|minGain"):
         truncate_messages(min_gain="5")  # type: ignore[arg-type]
 
 

@@ -77,7 +77,8 @@ def _policies(args: argparse.Namespace) -> list[tuple[str, Any]]:
                      f"({len(exc.issues)} problem(s)):"]
             lines += [f"  {issue}" for issue in exc.issues]
             raise CliError("\n".join(lines), code=1) from None
-        out.append((Path(document_name(path)).name if args.policy is None else document_name(path), prepared))
+        shown = document_name(path)
+        out.append((Path(shown).name if args.policy is None else shown, prepared))
     return out
 
 
@@ -201,7 +202,8 @@ def _table(rows: list[Any], name: str, sessions: int, unit: str, prices: Any) ->
             f"{(r.input_tokens if tokens else r.input_chars):,}", f"{r.cache_hit:.1%}",
             f"{(r.peak_tokens if tokens else r.peak_chars):,}", f"{r.cost:,.4f}",
             f"{r.cost / none.cost:.2f}x" if none.cost else "-")
-    Console(highlight=False).print(table)
+    # A file or a pipe gets the table whole, at a width no terminal imposes.
+    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
 
 
 def _plot(rows: list[Any], path: str, unit: str) -> None:

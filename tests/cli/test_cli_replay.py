@@ -1,0 +1,103 @@
+"""``contextpolicy replay``: policies priced on recorded sessions, on both kernels
+(``CONTEXTPOLICY_PURE_PYTHON``), every figure checked against the library's own pricing."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from contextpolicy.adapters._agent import prepare_agent_policy
+from contextpolicy.replay import Prices, price_policies
+from tests.support.cli import EXAMPLES, run
+from tests.support.replays import tool_session
+
+KERNEL_ENV = {"c": {"CONTEXTPOLICY_PURE_PYTHON": "0"}, "py": {"CONTEXTPOLICY_PURE_PYTHON": "1"}}
+TRIM = {"mode": "reduce", "triggerChars": 20_000, "targetInputChars": 10_000, "steps": [
+    {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 10_000,
+     "keepGroups": 1}]}
+
+
+@pytest.fixture(params=["c", "py"])
+def env(request: pytest.FixtureRequest) -> dict[str, str]:
+    return KERNEL_ENV[request.param]
+
+
+def sessions_file(path: Path, n: int = 3) -> list[list[dict]]:
+    sessions = [tool_session(12 + 6 * i, seed=i) for i in range(n)]
+    path.write_text("".join(json.dumps({"id": f"s{i}", "messages": s}) + "\n"
+                            for i, s in enumerate(sessions)))
+    return sessions
+
+
+def test_json_rows_are_the_library_figures(tmp_path, env):
+    sessions = sessions_file(tmp_path / "s.jsonl")
+    (tmp_path / "trim.json").write_text(json.dumps(TRIM))
+    proc = run("replay", tmp_path / "s.jsonl", "--policy", tmp_path / "trim.json", "--json",
+               "--cache-read-price", "0.5", env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    doc = json.loads(proc.stdout)
+    assert doc["sessions"] == 3 and doc["unit"] == "chars"
+    assert doc["prices"] == {"input": 3.0, "cacheWrite": 3.75, "cacheRead": 0.5}
+    rows = doc["rows"]
+    assert [(r["policy"], r["cut"]) for r in rows] == [
+        (None, "none"), (str(tmp_path / "trim.json"), "plain"),
+        (str(tmp_path / "trim.json"), "stable")]
+    expected = price_policies(sessions, [("t", prepare_agent_policy(TRIM))],
+                              prices=Prices(3.0, 3.75, 0.5))
+    for row, want in zip(rows, expected, strict=True):
+        assert set(row) == {"policy", "cut", "calls", "inputChars", "cachedChars", "cacheHit",
+                            "peakChars", "cost", "inputTokens", "cachedTokens", "peakTokens"}
+        assert (row["calls"], row["inputChars"], row["cachedChars"], row["peakChars"]) == (
+            want.calls, want.input_chars, want.cached_chars, want.peak_chars)
+        assert row["cost"] == pytest.approx(want.cost, abs=1e-6)
+        assert row["inputTokens"] is row["cachedTokens"] is row["peakTokens"] is None
+    none, plain, stable = rows
+    assert none["calls"] == sum(2 * (12 + 6 * i) for i in range(3))
+    assert stable["cost"] < plain["cost"] and stable["cacheHit"] > plain["cacheHit"]
+    assert stable["peakChars"] <= 20_000 + 4_500 < none["peakChars"]
+
+
+def test_with_no_arguments_it_prices_the_shipped_agent_policy_and_draws_the_plot(tmp_path, env):
+    plot = tmp_path / "cost.png"
+    proc = run("replay", "--sessions", "4", "--plot", plot, env=env)
+    assert proc.returncode == 0, proc.stderr.decode()
+    out = proc.stdout.decode()
+    assert "policy-agent.json" in out and "stable" in out and "plain" in out
+    assert f"wrote {plot}" in out
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("args", "code", "says"), [
+    (["--policy", '{"mode": "reduce"}'], 1, "invalid policy"),
+    (["--policy", '{"mode": "reduce", "triggerChars": 10, "steps": [{"id": "s", "kind": "trim", '
+      '"fragmentId": "question", "targetChars": 1, "keepGroups": 0}]}'], 1,
+     "cannot run on an agent's messages"),
+    (["--counter", "words"], 2, "--counter: expected tiktoken:ENCODING"),
+    (["--cache-read-price", "-1"], 2, "--cache-read-price: expected a price >= 0"),
+    (["--sessions", "0"], 2, "--sessions: expected a number >= 1"),
+    (["--corpus", "nope"], 2, "--corpus: expected one of"),
+])
+def test_bad_arguments_are_one_clear_line(args, code, says, env):
+    proc = run("replay", *args, env=env)
+    assert proc.returncode == code, proc.stderr.decode()
+    assert says in proc.stderr.decode()
+
+
+def test_bad_sessions_say_where(tmp_path, env):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"id": 1, "messages": []}\n{"id": 2}\n')
+    proc = run("replay", bad, env=env)
+    assert proc.returncode == 2
+    assert f"{bad}:2: expected a session" in proc.stderr.decode()
+    bad.write_text('{"id": 1, "messages": [{"role": "user", "content": "hi"}, 7]}\n')
+    proc = run("replay", bad, env=env)
+    assert proc.returncode == 2 and "session 1" in proc.stderr.decode()
+    assert "messages[1]" in proc.stderr.decode()
+    proc = run("replay", tmp_path / "missing.jsonl", env=env)
+    assert proc.returncode == 2 and "missing.jsonl" in proc.stderr.decode()
+
+
+def test_the_shipped_example_files_are_there():
+    assert (EXAMPLES / "policy-agent.json").exists() and (EXAMPLES / "handlers-agent.json").exists()

@@ -1,0 +1,67 @@
+"""Pricing calls as a prompt cache bills them (``contextpolicy.replay``): the cached prefix,
+the figures and the cost, on hand-made calls and on recorded sessions, both kernels."""
+
+from __future__ import annotations
+
+import pytest
+
+from contextpolicy.adapters._agent import prepare_agent_policy
+from contextpolicy.replay import Prices, price_calls, price_policies, session_calls
+from contextpolicy.stable import StableCut
+from tests.support.replays import call_points, tool_session
+
+pytestmark = pytest.mark.usefixtures("pipeline_kernel")
+
+
+def msg(role: str, n: int) -> dict:
+    return {"role": role, "content": "x" * n}
+
+
+def test_the_leading_messages_equal_to_the_previous_call_are_read_from_the_cache():
+    a, b, c, d = msg("system", 100), msg("user", 200), msg("assistant", 300), msg("user", 400)
+    calls = [[a, b], [a, b, c, d], [a, d]]
+    row = price_calls(calls, prices=Prices(input=1.0, cache_write=2.0, cache_read=0.5))
+    assert (row.calls, row.input_chars, row.peak_chars) == (3, 300 + 1_000 + 500, 1_000)
+    # call 1: nothing cached; call 2: a and b; call 3: a only (d is not at its old place)
+    assert row.cached_chars == 300 + 100
+    assert row.cost == pytest.approx((300 * 2 + 300 * 0.5 + 700 * 2 + 100 * 0.5 + 400 * 2) / 1e6)
+    assert row.sizes == [300, 1_000, 500]
+    assert row.costs[-1] == pytest.approx(row.cost) and row.costs == sorted(row.costs)
+    assert row.cache_hit == pytest.approx(400 / 1_800)
+    assert row.input_tokens is None and row.to_json()["inputTokens"] is None
+
+
+def test_tokens_with_a_counter_count_each_message():
+    def words(text: str) -> int:
+        return len(text.split())
+
+    calls = [[{"role": "user", "content": "a b c"}],
+             [{"role": "user", "content": "a b c"}, {"role": "assistant", "content": "d e"}]]
+    row = price_calls(calls, counter=words)
+    assert (row.input_tokens, row.cached_tokens, row.peak_tokens) == (3 + 5, 3, 5)
+    assert row.cache_hit == pytest.approx(3 / 8)
+    assert row.cost == pytest.approx((8 - 3) * 3.75 / 1e6 + 3 * 0.30 / 1e6)
+
+
+def test_a_session_is_priced_at_each_model_call_for_every_cut():
+    sessions = [tool_session(20, seed=1), tool_session(35, seed=2)]
+    policy = {"mode": "reduce", "triggerChars": 20_000, "targetInputChars": 10_000, "steps": [
+        {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 10_000,
+         "keepGroups": 1}]}
+    prepared = prepare_agent_policy(policy)
+    progress: list[int] = []
+    rows = price_policies(sessions, [("trim", prepared)], progress=progress.append)
+    assert [(r.policy, r.cut) for r in rows] == [(None, "none"), ("trim", "plain"),
+                                                  ("trim", "stable")]
+    assert progress == [40, 70] == [len(session_calls(s)) for s in sessions]
+    assert session_calls(sessions[0]) == call_points(sessions[0])
+    # The stable row is the stable cut's own inputs, priced; the cache starts empty per session.
+    stable = StableCut(prepared)
+    inputs = [[stable.process(s[:p]).input for p in call_points(s)] for s in sessions]
+    want = [price_calls(i) for i in inputs]
+    assert rows[2].input_chars == sum(w.input_chars for w in want)
+    assert rows[2].cached_chars == sum(w.cached_chars for w in want)
+    assert rows[2].cost == pytest.approx(sum(w.cost for w in want))
+    none, plain, stable_row = rows
+    assert none.cache_hit > stable_row.cache_hit > plain.cache_hit
+    assert stable_row.cost < plain.cost < none.cost * 2
