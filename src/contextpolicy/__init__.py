@@ -45,6 +45,8 @@ _EXPORTS: dict[str, str] = {
         ".report",
     ),
     **dict.fromkeys(("CompressRequest", "PolicyContext", "PolicyOutcome"), ".implementations"),
+    **dict.fromkeys(("CutReport", "StableCut", "StableResult"), ".stable"),
+    "MemoryStore": ".stores",
 }
 
 __all__ = [
@@ -66,11 +68,13 @@ __all__ = [
     "ContextReport",
     "ContextResult",
     "ContextStepError",
+    "CutReport",
     "Fragment",
     "FragmentUsage",
     "Grouping",
     "InputBudgetError",
     "Issue",
+    "MemoryStore",
     "PROTECTED_KINDS",
     "PlanWarning",
     "PolicyContext",
@@ -79,6 +83,8 @@ __all__ = [
     "REDUCIBLE_KINDS",
     "ReducePolicy",
     "Selection",
+    "StableCut",
+    "StableResult",
     "StepReport",
     "TokenCounter",
     "TrimStep",
@@ -147,3 +153,5 @@ if TYPE_CHECKING:
         Usage,
         Watermark,
     )
+    from .stable import CutReport, StableCut, StableResult
+    from .stores import MemoryStore

@@ -282,6 +282,7 @@ class _Replay:
             self.fixed += len(instructions)
         self.skip = len(self.lead) + (instructions is not None)
         self.starts = call_starts(roles, flags)
+        self.item_chars: list[int] = chars.tolist()
         self.cum = np.concatenate(([0], np.cumsum(chars, dtype=np.int64)))
         self.entry = cut.lookup(self.items, self.lead, instructions, question) if (
             cut.cuts) else None
@@ -370,16 +371,41 @@ class _Replay:
         kept = result.input[self.skip:]
         src_of = [*state.src, *range(state.upto, p)]
         own_of = [*state.own, *([None] * (p - state.upto))]
-        at = {id(d): j for j, d in enumerate(given)}
-        found: list[Any] = [at.get(id(d)) for d in kept]
-        if any(j is None for j in found):
-            fragments = [(f.id, f.messages) for f in self.plan.fragments
-                         if f.messages is not None]
-            traced = origins(given, kept, lambda: trimmed_away(
-                fragments, result.report.steps, given))
+        # Each kept message that is a given one, by identity (C loops: this runs per call).
+        at = dict(zip(map(id, given), range(len(given)), strict=True))
+        found: list[int | None] = list(map(at.get, map(id, kept)))
+        if None in found:
+            src, own, exact = self._traced(kept, found, src_of, own_of)
+            changed = src != src_of or any(a is not b for a, b in zip(own, own_of, strict=False))
+        else:
+            hits: list[int] = found  # type: ignore[assignment]
+            src = list(map(src_of.__getitem__, hits))
+            own = list(map(own_of.__getitem__, hits))
+            exact = state.exact
+            changed = hits != list(range(len(given)))
+        chars = self.item_chars
+        owned = [d for d in own if d is not None]
+        if owned:
+            count = sum(chars[s] for s, d in zip(src, own, strict=True) if d is None)
+            count += int(_kernel.measure_messages(owned)[1].sum())
+        else:
+            count = sum(map(chars.__getitem__, src))
+        self.state = _State(src, own, count, p, call if changed else state.last_cut, exact)
+        return src
+
+    def _traced(self, kept: list[Any], found: list[int | None], src_of: list[int],
+                own_of: list[dict[str, Any] | None],
+                ) -> tuple[list[int], list[dict[str, Any] | None], bool]:
+        """The sources and own dicts of ``kept`` where a handler's dicts are among them: each
+        traced to the given message it stands for (``_returned.origins``)."""
+        result, given = self.result, self.given
+        assert result is not None
+        fragments = [(f.id, f.messages) for f in self.plan.fragments if f.messages is not None]
+        traced = origins(given, kept, lambda: trimmed_away(
+            fragments, result.report.steps, given))
         src: list[int] = []
         own: list[dict[str, Any] | None] = []
-        exact = state.exact
+        exact = self.state.exact
         for j, (d, hit) in enumerate(zip(kept, found, strict=True)):
             if hit is not None:
                 src.append(src_of[hit])
@@ -393,11 +419,7 @@ class _Replay:
             copy = snapshot(d)
             exact = exact and copy is not None
             own.append(copy if copy is not None else d)
-        changed = src != src_of or any(a is not b for a, b in zip(own, own_of, strict=False))
-        self.state = _State(
-            src, own, int(_kernel.measure_messages(list(kept))[1].sum()) if kept else 0, p,
-            call if changed else state.last_cut, exact)
-        return src
+        return src, own, exact
 
 
 def _options(on_event: Any, cancel: Any) -> dict[str, Any]:

@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from .. import _kernel
+from .._build import built
 from .._tables import FLAG_OPENS_TURN
 from ..errors import ContextPlanError, ContextPolicyError, Issue
 from ..plan import ContextPlan, Fragment
@@ -82,17 +83,28 @@ def agent_plan(
         openers = np.flatnonzero(flags[head:] & FLAG_OPENS_TURN)
         if len(openers):
             at = head + int(openers[-1])
+    # The fragments of measured messages are built without validating them again (the kernel
+    # read every message; ids and kinds are fixed); instructions and lead messages are checked.
     fragments: list[Fragment] = []
     if instructions is not None:
         fragments.append(Fragment(id="instructions", kind="system", text=instructions))
-    system = [*lead, *messages[:head]]
-    if system:
-        fragments.append(Fragment(id="system", kind="system", messages=system))
-    fragments.append(Fragment(id="history", kind="history", messages=messages[head:at]))
+    if lead:
+        fragments.append(Fragment(id="system", kind="system", messages=[*lead, *messages[:head]]))
+    elif head:
+        fragments.append(_fragment("system", "system", messages[:head]))
+    fragments.append(_fragment("history", "history", messages[head:at]))
     if at < n:
-        fragments.append(Fragment(id="question", kind="question", messages=messages[at:at + 1]))
-    fragments.append(Fragment(id="turn", kind="history", messages=messages[at + 1:]))
-    return ContextPlan(fragments=fragments)
+        fragments.append(_fragment("question", "question", messages[at:at + 1]))
+    fragments.append(_fragment("turn", "history", messages[at + 1:]))
+    return built(ContextPlan, {"fragments": fragments}, _PLAN_KEYS)
+
+
+_KEYS = frozenset({"id", "kind", "messages"})
+_PLAN_KEYS = frozenset({"fragments"})
+
+
+def _fragment(fid: str, kind: str, messages: list[Any]) -> Fragment:
+    return built(Fragment, {"id": fid, "kind": kind, "messages": messages}, _KEYS)
 
 
 def under(exc: ContextPlanError, path: str) -> ContextPlanError:

@@ -142,7 +142,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             "input": prices.input, "cacheWrite": prices.cache_write,
             "cacheRead": prices.cache_read}, "rows": [r.to_json() for r in rows]}, indent=2))
     else:
-        _table(rows, name, len(sessions), unit, prices)
+        _table(rows, name, unit, prices)
     if args.plot:
         _plot(rows, args.plot, unit)
         if not args.json:
@@ -184,14 +184,15 @@ class _Progress:
             self.progress.stop()
 
 
-def _table(rows: list[Any], name: str, sessions: int, unit: str, prices: Any) -> None:
+def _table(rows: list[Any], name: str, unit: str, prices: Any) -> None:
     from rich.console import Console
     from rich.table import Table
 
     none = rows[0]
-    table = Table(title=f"contextpolicy replay: {name} ({sessions} sessions, {none.calls:,} "
-                  f"model calls; {unit}: cache read {prices.cache_read:g}, write "
-                  f"{prices.cache_write:g} per million)", title_justify="left")
+    table = Table(title=f"contextpolicy replay: {name}, {none.calls:,} model calls",
+                  title_justify="left", caption_justify="left",
+                  caption=f"{unit}; per million: cache read {prices.cache_read:g}, cache write "
+                  f"{prices.cache_write:g}")
     for column in ("policy", "cut", "calls", f"input {unit}", "cache hit", f"peak {unit}",
                    "cost", "vs none"):
         table.add_column(column, justify="left" if column in ("policy", "cut") else "right")
