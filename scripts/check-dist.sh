@@ -9,12 +9,13 @@
 #   4. in fresh virtual environments install (a) the repaired wheel, (b) the pure wheel and
 #      (c) the sdist with no compiler (CC=false CXX=false), and run the test suite of the sdist
 #      against each installed package, never against the source tree: (a) through the
-#      test-command of [tool.cibuildwheel], with the compiled kernel live; (b) on the
-#      pure-Python twin; (c) must have said loudly that it fell back, and runs the suites of
-#      the kernel choice, the pipeline and the command line (the twin ran everything in (b)).
-#      (a) and (b) leave out the command line's stress suites (STRESS below): each already
-#      runs every case on both kernels, in processes of their own, in the README's test run,
-#      and they are half the suite's time; test_cli.py, which (c) runs too, stays in.
+#      test-command of [tool.cibuildwheel], with the compiled kernel live and the twin beside
+#      it (the whole suite); (b) on the pure-Python twin alone: the kernel choice, the core
+#      and handler suites, the command line and replay; (c) must have said loudly that it fell
+#      back, and runs the suites of the kernel choice, the pipeline and the command line.
+#      (a) leaves out the command line's stress suites (STRESS below): each already runs every
+#      case on both kernels, in processes of their own, in the README's test run, and they are
+#      half the suite's time; test_cli.py stays in.
 #   5. check that a build that requires the kernel (CIBUILDWHEEL=1, or
 #      CONTEXTPOLICY_REQUIRE_EXTENSIONS=1) fails when there is no compiler.
 # Usage: scripts/check-dist.sh [PYTHON]     (PYTHON defaults to python3)
@@ -226,8 +227,13 @@ done
 step "(b) the pure wheel"
 venv pure "$pure_wheel"
 kernel pure pure
-(cd "$work/test_cwd" && "$work/env-pure/bin/python" -m pytest "$suite/tests" -p no:cacheprovider \
-  -m "not packaging and not extras" --no-c-extensions -n 2 -q $ignore_stress) \
+# The twin runs every suite in the README's test run (each test on both kernels) and beside the
+# compiled kernel in (a): here, what proves the pure wheel works end to end once installed (the
+# kernel chosen, the twin's own suites, the pipeline, the stable cut, the command line).
+(cd "$work/test_cwd" && "$work/env-pure/bin/python" -m pytest \
+  "$suite/tests/kernel/test_kernel_selection.py" "$suite/tests/core" "$suite/tests/cli/test_cli.py" \
+  "$suite/tests/cli/test_cli_replay.py" "$suite/tests/handlers" \
+  -p no:cacheprovider -m "not packaging and not extras" --no-c-extensions -n 2 -q) \
   || fail "the suite failed against the pure wheel"
 
 step "(c) the sdist with no compiler"
