@@ -253,3 +253,24 @@ def test_async_runs_give_the_same_input():
     sync = StableCut(policy, handlers=HANDLERS).process(messages)
     result = asyncio.run(StableCut(policy, handlers=HANDLERS).aprocess(messages))
     assert result.input == sync.input and result.cut == sync.cut
+
+
+def test_every_call_of_agent_traces_stays_within_the_trigger_plus_what_it_added():
+    import json
+    from importlib import resources
+
+    from contextpolicy.handlers import from_config
+    from contextpolicy.synthetic import agent_trace_corpus
+
+    examples = resources.files("contextpolicy").joinpath("examples")
+    policy = json.loads(examples.joinpath("policy-agent.json").read_text("utf-8"))
+    handlers = from_config(json.loads(examples.joinpath("handlers-agent.json").read_text("utf-8")))
+    calls = 0
+    for session in agent_trace_corpus(6, seed=3):
+        cut, before = StableCut(policy, handlers=handlers), 0
+        for n in call_points(session):
+            sent = cut.process(session[:n]).report.after.chars
+            added = check_input_budget(session[before:n]).chars
+            assert sent <= policy["triggerChars"] + added
+            before, calls = n, calls + 1
+    assert calls > 100
