@@ -50,6 +50,9 @@ __all__ = ["CutReport", "StableCut", "StableResult", "call_starts"]
 MEMO_SIZE = 256
 # Memo entries compared per call, newest first, before the call replays from the start.
 _LOOKUPS = 8
+# An entry extends the one its call started from (a snapshot of the messages since); past this
+# many links, a new entry holds the whole prefix (the older snapshots, shared, and the new part).
+_CHAIN = 16
 _MODEL_OUTPUT = FLAG_TOOL_CALLS | FLAG_GLUES_NEXT
 
 
@@ -249,6 +252,10 @@ class StableCut:
         if chunk is None or lead_copy is None or (
                 instructions is not None and type(instructions) is not str):
             return
+        chain = _chain(parent)
+        if len(chain) >= _CHAIN:  # one chunk for the whole prefix: a lookup walks one link
+            chunk = [m for e in chain for m in e.chunk] + chunk
+            parent = None
         entry = _Entry(state.upto, parent, chunk, lead_copy, instructions, question,
                        state.copy())
         with self._lock:
@@ -429,6 +436,15 @@ def _options(on_event: Any, cancel: Any) -> dict[str, Any]:
     if cancel is not None:
         out["cancel"] = cancel
     return out
+
+
+def _chain(entry: _Entry | None) -> list[_Entry]:
+    """``entry`` and the entries it extends, the oldest first."""
+    out = []
+    while entry is not None:
+        out.append(entry)
+        entry = entry.parent
+    return out[::-1]
 
 
 def _holds(entry: _Entry, items: list[Any]) -> bool:

@@ -274,3 +274,15 @@ def test_every_call_of_agent_traces_stays_within_the_trigger_plus_what_it_added(
             assert sent <= policy["triggerChars"] + added
             before, calls = n, calls + 1
     assert calls > 100
+
+
+def test_a_long_agent_run_keeps_the_memo_short_and_every_input_right():
+    from contextpolicy.stable import _chain
+
+    messages = tool_session(60)
+    cut = StableCut(trim(20_000, 10_000))
+    for n in calls_of(messages):
+        result = cut.process(messages[:n])
+        assert result.cut.replayed <= 1  # the call before is in the memo
+    assert result.input == persisted(messages, cut.replaying)
+    assert max(len(_chain(e)) for e in cut._memo.values()) <= 16
