@@ -8,7 +8,6 @@ input price, the rest at 1.25x). Costs are ratios to no reduction in
 from __future__ import annotations
 
 import json
-
 from importlib import resources
 
 import pytest

@@ -38,6 +38,7 @@ from ._snapshots import same, snapshot
 from ._tables import FLAG_GLUES_NEXT, FLAG_TOOL_CALLS, ROLE_ASSISTANT, ROLE_OTHER
 from .adapters._agent import agent_plan, prepare_agent_policy, under
 from .adapters._returned import origins, trimmed_away
+from .content import plain_copy
 from .core import aprocess_context, process_context
 from .errors import ContextPlanError
 from .policy import ReducePolicy
@@ -121,6 +122,7 @@ class _Entry:
     instructions: str | None
     question: bool
     state: _State
+    key: int  # its _fingerprint
 
 
 def call_starts(roles: np.ndarray, flags: np.ndarray) -> np.ndarray:
@@ -171,7 +173,7 @@ class StableCut:
         self.trigger = reduce.trigger_chars if (
             reduce is not None and reduce.trigger_tokens is None) else None
         self.memo_size = memo_size
-        self._memo: OrderedDict[int, _Entry] = OrderedDict()
+        self._memo: OrderedDict[int, _Entry] = OrderedDict()  # by _fingerprint
         self._lock = threading.Lock()
 
     @property
@@ -223,26 +225,32 @@ class StableCut:
         return replay.finished()
 
     def lookup(self, items: list[Any], lead: list[Any], instructions: str | None,
-               question: bool) -> _Entry | None:
-        """The memo's newest entry whose messages ``items`` starts with, under the same lead
-        and instructions."""
+               question: bool, starts: np.ndarray, measured: tuple[np.ndarray, ...],
+               ) -> _Entry | None:
+        """The memo's entry for the latest earlier call of ``items`` it holds (among the newest
+        few): one computed from the same messages (compared as exact copies, and measured
+        alike), under the same lead, instructions and question. Only an earlier call's state
+        is taken: the state after a call whose messages are not followed by a model output
+        (a retried call, a stored history read again) is never one the replay passes."""
         if not self.memo_size:
             return None
-        with self._lock:
-            entries = sorted((e for e in self._memo.values() if e.upto <= len(items)),
-                             key=lambda e: e.upto, reverse=True)[:_LOOKUPS]
-        for entry in entries:
-            if (entry.instructions == instructions and entry.question is question
-                    and same(entry.lead, lead)
-                    and _holds(entry, items)):
+        for p in starts[::-1][:_LOOKUPS]:
+            with self._lock:
+                entry = self._memo.get(_fingerprint(int(p), measured))
+            if entry is None:
+                continue
+            if (type(instructions) is type(entry.instructions)
+                    and entry.instructions == instructions and entry.question is question
+                    and same(entry.lead, lead) and _holds(entry, items)):
                 with self._lock:
-                    if id(entry) in self._memo:
-                        self._memo.move_to_end(id(entry))
+                    if entry.key in self._memo:
+                        self._memo.move_to_end(entry.key)
                 return entry
         return None
 
     def remember(self, items: list[Any], lead: list[Any], instructions: str | None,
-                 question: bool, state: _State, parent: _Entry | None) -> None:
+                 question: bool, state: _State, parent: _Entry | None,
+                 measured: tuple[np.ndarray, ...]) -> None:
         """Keep ``state`` (after the call whose history is ``items[:state.upto]``)."""
         if not self.memo_size or not state.exact:
             return
@@ -256,10 +264,12 @@ class StableCut:
         if len(chain) >= _CHAIN:  # one chunk for the whole prefix: a lookup walks one link
             chunk = [m for e in chain for m in e.chunk] + chunk
             parent = None
+        key = _fingerprint(state.upto, measured)
         entry = _Entry(state.upto, parent, chunk, lead_copy, instructions, question,
-                       state.copy())
+                       state.copy(), key)
         with self._lock:
-            self._memo[id(entry)] = entry
+            self._memo[key] = entry
+            self._memo.move_to_end(key)
             while len(self._memo) > self.memo_size:
                 self._memo.popitem(last=False)
 
@@ -289,10 +299,11 @@ class _Replay:
             self.fixed += len(instructions)
         self.skip = len(self.lead) + (instructions is not None)
         self.starts = call_starts(roles, flags)
+        self.measured = (roles, chars, flags)
         self.item_chars: list[int] = chars.tolist()
         self.cum = np.concatenate(([0], np.cumsum(chars, dtype=np.int64)))
-        self.entry = cut.lookup(self.items, self.lead, instructions, question) if (
-            cut.cuts) else None
+        self.entry = cut.lookup(self.items, self.lead, instructions, question, self.starts,
+                                self.measured) if cut.cuts else None
         self.state = _State() if self.entry is None else self.entry.state.copy()
         self.final = False
         self.result: ContextResult | None = None
@@ -323,7 +334,7 @@ class _Replay:
         assert result is not None
         if cut.cuts:
             cut.remember(self.items, self.lead, self.instructions, self.question, self.state,
-                         self.entry)
+                         self.entry, self.measured)
         done = self.entry.upto if self.entry is not None else 0
         report = CutReport(
             calls=len(self.starts) + 1,
@@ -362,7 +373,7 @@ class _Replay:
         """The plan of the call before ``items[p]``: the kept state, then what came since."""
         state, items = self.state, self.items
         # This call's result is the caller's: it gets copies of the state's own dicts.
-        given = [items[s] if d is None else (snapshot(d) if self.final else d)
+        given = [items[s] if d is None else (plain_copy(d) if self.final else d)
                  for s, d in zip(state.src, state.own, strict=True)]
         given += items[state.upto:p]
         self.given = given
@@ -436,6 +447,12 @@ def _options(on_event: Any, cancel: Any) -> dict[str, Any]:
     if cancel is not None:
         out["cancel"] = cancel
     return out
+
+
+def _fingerprint(upto: int, measured: tuple[np.ndarray, ...]) -> int:
+    """A key for the messages before ``upto`` by what the kernel measured of each (its role,
+    chars and flags): the memo's candidates for a prefix, which a full comparison confirms."""
+    return hash((upto, *(a[:upto].tobytes() for a in measured)))
 
 
 def _chain(entry: _Entry | None) -> list[_Entry]:

@@ -4,11 +4,12 @@ model call or is not deterministic (``summarize``, any handler of the caller's).
 A stable cut replays the policy as it would have run before every earlier model call. A
 deterministic handler (``clear_tool_results``, ``truncate_messages``, a caller's handler marked
 ``deterministic = True``) is simply run again. Any other is run once per content: its output is
-put in a store keyed by the content it replaced (with the handler, the step and the step's
-target), and a replay that hands it the same content again takes the stored output instead of
-calling it. :class:`MemoryStore` (the default) keeps the newest outputs in memory; a process
-that restarts passes a store of its own: any object with ``get(key)`` and ``put(key, value)``
-(``key`` a str, ``value`` what the handler returned, made only of Python's own types).
+put in a store keyed by the content it replaced (with the handler and its parameters, the step,
+its target and the newer messages the step keeps), and a replay that hands it the same content
+again takes the stored output instead of calling it. :class:`MemoryStore` (the default) keeps
+the newest outputs in memory; a process that restarts passes a store of its own: any object
+with ``get(key)`` and ``put(key, value)`` (``key`` a str, ``value`` what the handler returned,
+made only of Python's own types).
 """
 
 from __future__ import annotations
@@ -87,8 +88,13 @@ class Tally:
 TALLY: ContextVar[Tally | None] = ContextVar("contextpolicy_store_tally", default=None)
 
 
-def _key(handler_id: str, request: Any) -> str | None:
-    return content_key(handler_id, request.step_id, request.target_chars, request.content)
+def _key(handler: Any, handler_id: str, request: Any) -> str | None:
+    # A built-in handler's parameters (a summary's prompt, prefix, role) are part of what it
+    # writes; so are the newer messages it is told it keeps (its target is what they leave).
+    params = handler.params.model_dump(mode="json") if isinstance(
+        handler, BuiltinHandler) else None
+    return content_key(handler_id, params, request.step_id, request.target_chars,
+                       request.content, request.kept)
 
 
 def _count(hit: bool) -> None:
@@ -121,7 +127,7 @@ class _Stored:
                 self.store.put(key, copy)
 
     def __call__(self, request: Any) -> Any:
-        key = _key(self.handler_id, request)
+        key = _key(self.handler, self.handler_id, request)
         hit = self._stored(key)
         if hit is not None:
             return hit
@@ -134,7 +140,7 @@ class _AStored(_Stored):
     """A coroutine handler whose output is stored by the content it replaced."""
 
     async def __call__(self, request: Any) -> Any:  # type: ignore[override]
-        key = _key(self.handler_id, request)
+        key = _key(self.handler, self.handler_id, request)
         hit = self._stored(key)
         if hit is not None:
             return hit

@@ -462,6 +462,24 @@ def compress(handler_id: str) -> dict[str, Any]:
         "targetChars": 0}]}
 
 
+def test_the_stable_filter_hands_the_sdk_back_every_item_no_cut_changed():
+    call = ResponseFunctionToolCall(call_id="call_p", name="lookup", arguments='{"q":"p"}',
+                                    type="function_call", id="fc_p", status="completed")
+    output = {"type": "function_call_output", "call_id": "call_p", "output": "po" * 200}
+    items = [*old_turn(0, 300), question("old"), call, output, *old_turn(2, 300), question()]
+    before = copy.deepcopy(items)
+    keep = context_policy_input_filter(compress("clear-tool-results"),
+                                       handlers=registry(clear_tool_results(keep=1)))
+    out = keep(call_data(items)).input
+    originals = {id(i) for i in items}
+    dumped = [i if isinstance(i, dict) else i.model_dump(exclude_unset=True) for i in items]
+    for item in out:
+        if id(item) not in originals:  # a changed item: none of the given ones as it was
+            assert all(item != d for d in dumped)
+    assert call in out and sum(id(i) in originals for i in out) >= len(items) - 3
+    assert keep.last_cut is not None and items == before
+
+
 def test_a_compress_step_hands_the_sdk_back_every_item_it_left_alone():
     call = ResponseFunctionToolCall(call_id="call_p", name="lookup", arguments='{"q":"p"}',
                                     type="function_call", id="fc_p", status="completed")

@@ -101,3 +101,14 @@ def test_bad_sessions_say_where(tmp_path, env):
 
 def test_the_shipped_example_files_are_there():
     assert (EXAMPLES / "policy-agent.json").exists() and (EXAMPLES / "handlers-agent.json").exists()
+
+
+def test_a_token_policy_replays_with_a_counter_only(tmp_path, env):
+    # no tokenizer here: --counter names one that does not exist, and the policy says why it
+    # needs one when none is given
+    tokens = {"mode": "reduce", "triggerTokens": 5_000, "steps": [
+        {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 10_000,
+         "keepGroups": 1}]}
+    (tmp_path / "tokens.json").write_text(json.dumps(tokens))
+    proc = run("replay", "--sessions", "1", "--policy", tmp_path / "tokens.json", env=env)
+    assert proc.returncode == 1 and "counter" in proc.stderr.decode()

@@ -102,19 +102,23 @@ def policies(draw: Any) -> dict[str, Any]:
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(sessions(), policies(), st.sampled_from([None, "You are terse."]),
-       st.booleans())
+       st.booleans(), st.booleans())
 def test_every_call_gets_what_a_persisted_reduction_holds(messages, policy, instructions,
-                                                          with_lead):
+                                                          with_lead, question):
     lead = [{"role": "system", "content": "system prompt"}] if with_lead else []
     warm = StableCut(policy, handlers=HANDLERS)
     cold = StableCut(policy, handlers=HANDLERS, memo_size=0)
     before = copy.deepcopy(messages)
     for n in calls_of(messages):
         history = messages[:n]
-        expected = persisted(history, warm.replaying, lead, instructions)
-        got = warm.process(history, lead=lead, instructions=instructions)
+        expected = persisted(history, warm.replaying, lead, instructions, question)
+        got = warm.process(history, lead=lead, instructions=instructions, question=question)
         assert got.input == expected
-        assert cold.process(history, lead=lead, instructions=instructions).input == expected
+        assert cold.process(history, lead=lead, instructions=instructions,
+                            question=question).input == expected
+        # the same call again (a retry, a stored history read twice): the same input
+        assert warm.process(history, lead=lead, instructions=instructions,
+                            question=question).input == expected
         # What the call's figures add up to: this call's input before its run, and what the
         # earlier cuts hold back, are the history handed in.
         handed = check_input_budget([*([{"role": "system", "content": instructions}]
@@ -142,10 +146,14 @@ def test_a_session_cuts_only_when_the_trigger_fires_and_keeps_the_prefix_between
 def test_the_memo_replays_only_the_calls_since_and_a_cold_cut_replays_them_all():
     messages = tool_session(40)
     cut = StableCut(clear_then_trim(), handlers=HANDLERS)
-    first = cut.process(messages[:-4])
-    assert first.cut.replayed == len(call_points(messages[:-4]))
+    first = cut.process(messages[:-3])  # the newest turn's first call
+    assert first.cut.replayed == len(call_points(messages[:-3]))
     again = cut.process(messages)
-    assert again.cut.replayed == 2  # the two calls of the newest turn
+    assert again.cut.replayed == 1  # the newest turn's second call
+    # A call made again (a retry) is not the state after itself: it replays from the call
+    # before, and gets what it got the first time.
+    retry = cut.process(messages)
+    assert retry.input == again.input and retry.cut.replayed == 1
     assert again.input == StableCut(clear_then_trim(), handlers=HANDLERS,
                                     memo_size=0).process(messages).input
 
@@ -286,3 +294,17 @@ def test_a_long_agent_run_keeps_the_memo_short_and_every_input_right():
         assert result.cut.replayed <= 1  # the call before is in the memo
     assert result.input == persisted(messages, cut.replaying)
     assert max(len(_chain(e)) for e in cut._memo.values()) <= 16
+
+
+def test_messages_holding_other_objects_are_cut_after_an_earlier_change():
+    import datetime
+
+    messages = tool_session(30)
+    for m in messages:
+        if m["role"] == "tool":
+            m["at"] = datetime.date(2026, 1, 2)  # a key no snapshot copies exactly
+    cut = StableCut(clear_then_trim(20_000, 10_000), handlers=HANDLERS)
+    for n in calls_of(messages):
+        result = cut.process(messages[:n])
+        assert result.input == persisted(messages[:n], cut.replaying)
+    assert any(m.get("at") for m in result.input)

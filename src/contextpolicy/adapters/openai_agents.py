@@ -57,6 +57,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from ..content import same
 from ..core import aprocess_context, process_context
 from ..errors import ContextPolicyError
 from ..stable import CutReport, StableCut, StableResult
@@ -129,12 +130,13 @@ def _plan(instructions: str | None, messages: list[Any], question: bool) -> Cont
 def _traced(result: StableResult, skip: int, messages: list[Any],
             back: dict[int, Any]) -> list[Any]:
     """The items of a stable cut's input after its first ``skip``: the SDK's own object for
-    each one that is a given item as it was (``result.sources``), the cut's dict otherwise."""
+    each one that is a given item as it was (``result.sources``: the item itself, or a copy a
+    handler left unchanged), the cut's dict otherwise."""
     out: list[Any] = []
     for j in range(skip, len(result.input)):
         item, s = result.input[j], result.sources[j]
-        if s >= 0 and item is messages[s]:
-            item = back.get(id(item), item)
+        if s >= 0 and (item is messages[s] or same(item, messages[s])):
+            item = back.get(id(messages[s]), messages[s])
         out.append(item)
     return out
 

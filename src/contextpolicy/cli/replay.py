@@ -59,7 +59,7 @@ def _read_sessions(path: str) -> list[list[Any]]:
     return found
 
 
-def _policies(args: argparse.Namespace) -> list[tuple[str, Any]]:
+def _policies(args: argparse.Namespace, counter: Any) -> list[tuple[str, Any]]:
     from ..adapters._agent import prepare_agent_policy
     from ..errors import ContextPolicyError
 
@@ -71,7 +71,7 @@ def _policies(args: argparse.Namespace) -> list[tuple[str, Any]]:
         doc = load_policy(path)
         handlers = command_handlers(args, doc)
         try:
-            prepared = prepare_agent_policy(doc, handlers)
+            prepared = prepare_agent_policy(doc, handlers, counter)
         except ContextPolicyError as exc:
             lines = [f"{document_name(path)}: this policy cannot run on an agent's messages "
                      f"({len(exc.issues)} problem(s)):"]
@@ -124,8 +124,10 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ..replay import price_policies
 
     prices = _prices(args)
+    if args.plot:
+        _plotting()  # before any work: a missing matplotlib is said first
     counter = _counter(args.counter)
-    policies = _policies(args)
+    policies = _policies(args, counter)
     name, sessions = _sessions(args)
     total = sum(len(_calls(s, name, i)) for i, s in enumerate(sessions))
     bar = _Progress(total, show=not args.quiet and not args.json)
@@ -207,7 +209,7 @@ def _table(rows: list[Any], name: str, unit: str, prices: Any) -> None:
     Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
 
 
-def _plot(rows: list[Any], path: str, unit: str) -> None:
+def _plotting() -> Any:
     try:
         import matplotlib
 
@@ -215,6 +217,11 @@ def _plot(rows: list[Any], path: str, unit: str) -> None:
         import matplotlib.pyplot as plt
     except ImportError:
         raise CliError("--plot needs matplotlib: pip install 'contextpolicy[plot]'") from None
+    return plt
+
+
+def _plot(rows: list[Any], path: str, unit: str) -> None:
+    plt = _plotting()
     fig, (size, cost) = plt.subplots(1, 2, figsize=(11, 4.5))
     for r in rows:
         label = "no reduction" if r.cut == "none" else f"{r.policy}: {r.cut}"
