@@ -286,7 +286,15 @@ class _Replay:
                 path=path, code="invalid-messages")
         self.cut = cut
         self.items: list[Any] = list.__getitem__(messages, slice(None))
+        if lead is None:
+            lead = ()
+        if not isinstance(lead, (list, tuple)):
+            raise ContextPlanError(f"expected a list of messages, got {type(lead).__name__}",
+                                   path="lead", code="invalid-messages")
         self.lead = list(lead)
+        if self.lead or (instructions is not None and type(instructions) is not str):
+            # what agent_plan checks of them, said before any work (errors naming the field)
+            agent_plan([], lead=self.lead, instructions=instructions)
         self.instructions = instructions
         self.question = question = bool(question)
         self.path = path

@@ -210,7 +210,8 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         else:
             dicts, apart = _request_dicts(request)
             result = self._stable.process(dicts, lead=[apart] if apart is not None else (),
-                                          on_event=self.on_event, cancel=self.cancel)
+                                          on_event=self.on_event, cancel=self.cancel,
+                                          path="request.messages")
             kept = self._stable_kept(request, dicts, apart, result)
         return handler(_with_messages(request, kept))
 
@@ -223,7 +224,7 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
             dicts, apart = _request_dicts(request)
             result = await self._stable.aprocess(
                 dicts, lead=[apart] if apart is not None else (), on_event=self.on_event,
-                cancel=self.cancel)
+                cancel=self.cancel, path="request.messages")
             kept = self._stable_kept(request, dicts, apart, result)
         return await handler(_with_messages(request, kept))
 
