@@ -58,7 +58,7 @@ def test_stable_cut_per_call_against_the_plain_cut(benchmark, pipeline_kernel, l
     impl = pipeline_kernel.IMPLEMENTATION
     prepared = prepare_agent_policy(TRIM_POLICY)
     warm = StableCut(prepared)
-    warm.process(messages[:-2])  # the call before: the memo an agent's next call finds
+    warm.process(messages[:-1])  # the call before the answer: the memo the next call finds
 
     def plain():
         return process_context(agent_plan(messages), prepared)
