@@ -13,9 +13,9 @@
 #      it (the whole suite); (b) on the pure-Python twin alone: the kernel choice, the core
 #      and handler suites, the command line and replay; (c) must have said loudly that it fell
 #      back, and runs the suites of the kernel choice, the pipeline and the command line.
-#      (a) leaves out the command line's stress suites (STRESS below): each already runs every
-#      case on both kernels, in processes of their own, in the README's test run, and they are
-#      half the suite's time; test_cli.py stays in.
+#      (a) leaves out the command line's stress suites and the documentation's examples
+#      (STRESS below): each already runs every case on both kernels, in processes of their own,
+#      in the README's test run, and they are half the suite's time; test_cli.py stays in.
 #   5. check that a build that requires the kernel (CIBUILDWHEEL=1, or
 #      CONTEXTPOLICY_REQUIRE_EXTENSIONS=1) fails when there is no compiler.
 # Usage: scripts/check-dist.sh [PYTHON]     (PYTHON defaults to python3)
@@ -170,8 +170,11 @@ print(sys.argv[3].join(value))
 mapfile -t test_requires < <(cibw test-requires $'\n')
 test_command="$(cibw test-command " && ")"
 # The command line's stress suites: every case on both kernels (CONTEXTPOLICY_PURE_PYTHON in
-# each command's environment), run in full by the README's test command.
-STRESS=(cli/test_cli_hostile.py cli/test_cli_values.py cli/test_cli_errors.py)
+# each command's environment), run in full by the README's test command; and the suites that
+# run the documentation's examples and the summary table as commands on both kernels, which
+# hold the pages to the code (the README's test run does) rather than the wheel to its build.
+STRESS=(cli/test_cli_hostile.py cli/test_cli_values.py cli/test_cli_errors.py
+        cli/test_cli_summary.py project/test_docs.py)
 
 # The suite of the sdist without its source: tests import the installed package or nothing.
 suite="$work/suite"
