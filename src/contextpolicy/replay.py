@@ -25,9 +25,7 @@ from .core import process_context
 from .prepared import PreparedPolicy
 from .stable import StableCut, call_starts
 
-__all__ = ["CUTS", "Prices", "ReplayRow", "price_calls", "price_policies", "session_calls"]
-
-CUTS = ("none", "plain", "stable")
+__all__ = ["Prices", "ReplayRow", "price_calls", "price_policies", "session_calls"]
 
 
 @dataclass(frozen=True)

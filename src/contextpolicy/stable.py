@@ -40,13 +40,17 @@ from .adapters._agent import agent_plan, prepare_agent_policy, under
 from .adapters._returned import origins, trimmed_away
 from .content import plain_copy
 from .core import aprocess_context, process_context
-from .errors import ContextPlanError
+from .errors import ContextPlanError, ContextPolicyError
 from .policy import ReducePolicy
 from .prepared import PreparedPolicy
 from .report import ContextResult, ReportModel
 from .stores import TALLY, MemoryStore, SummaryStore, Tally, stored_handlers
 
-__all__ = ["CutReport", "StableCut", "StableResult", "call_starts"]
+__all__ = ["CUTS", "CutReport", "StableCut", "StableResult", "call_starts", "checked_cut"]
+
+# The cuts an adapter's ephemeral mode offers: this module's (the default) and the plain one,
+# the policy run on each call's whole history.
+CUTS = ("stable", "plain")
 
 MEMO_SIZE = 256
 # Memo entries compared per call, newest first, before the call replays from the start.
@@ -123,6 +127,14 @@ class _Entry:
     question: bool
     state: _State
     key: int  # its _fingerprint
+
+
+def checked_cut(cut: Any) -> str:
+    """``cut`` when it is one of :data:`CUTS`; a :class:`ContextPolicyError` otherwise."""
+    if cut not in CUTS:
+        raise ContextPolicyError(f"expected 'stable' or 'plain', got {cut!r}", path="cut",
+                                 code="invalid-option")
+    return str(cut)
 
 
 def call_starts(roles: np.ndarray, flags: np.ndarray) -> np.ndarray:

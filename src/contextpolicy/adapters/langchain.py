@@ -49,7 +49,7 @@ from ..core import aprocess_context, process_context
 from ..errors import ContextPolicyError
 from ..prepared import PreparedPolicy
 from ..report import ContextEvent, ContextReport, ContextResult
-from ..stable import CutReport, StableCut, StableResult
+from ..stable import CutReport, StableCut, StableResult, checked_cut
 from ._agent import FRAGMENT_IDS, prepare_agent_policy
 from ._langchain_messages import Split, as_messages, chat_dict, chat_dicts, split_messages, traced
 
@@ -62,7 +62,6 @@ __all__ = [
 ]
 
 MODES = ("ephemeral", "persist")
-CUTS = ("stable", "plain")
 # The key of every event a node streams: {"contextpolicy": event.type, **event.data}.
 STREAM_KEY = "contextpolicy"
 
@@ -134,9 +133,7 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         if mode not in MODES:
             raise ContextPolicyError(f"expected 'ephemeral' or 'persist', got {mode!r}",
                                      path="mode", code="invalid-option")
-        if cut not in CUTS:
-            raise ContextPolicyError(f"expected 'stable' or 'plain', got {cut!r}",
-                                     path="cut", code="invalid-option")
+        checked_cut(cut)
         if (mode == "persist") != isinstance(self, _PersistingMiddleware):
             raise TypeError(f"mode={mode!r} on a subclass of ContextPolicyMiddleware: the mode "
                             "is the class (subclass the middleware of that mode)")

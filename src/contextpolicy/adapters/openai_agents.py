@@ -59,8 +59,7 @@ from pydantic import BaseModel
 
 from ..content import same
 from ..core import aprocess_context, process_context
-from ..errors import ContextPolicyError
-from ..stable import CutReport, StableCut, StableResult
+from ..stable import CutReport, StableCut, StableResult, checked_cut
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy
 from ._returned import origins
 
@@ -164,9 +163,7 @@ class _Reducer:
     def __init__(self, policy: Any, counter: Any,
                  handlers: Mapping[str, Callable[..., Any]] | None, cut: str,
                  store: Any) -> None:
-        if cut not in ("stable", "plain"):
-            raise ContextPolicyError(f"expected 'stable' or 'plain', got {cut!r}", path="cut",
-                                     code="invalid-option")
+        checked_cut(cut)
         self.model_input_data = _model_input_data_type()
         self.prepared = prepare_agent_policy(policy, handlers, counter)
         self.is_async = any(_is_coroutine_function(h) for h in self.prepared.handlers.values())
