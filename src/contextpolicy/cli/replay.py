@@ -15,7 +15,6 @@ from .policies import command_handlers, load_policy
 
 __all__ = ["cmd_replay"]
 
-DEFAULT_SESSIONS = 40  # seeded sessions of --corpus when no INPUT is given
 
 
 def _sessions(args: argparse.Namespace) -> tuple[str, list[list[Any]]]:
