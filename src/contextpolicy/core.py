@@ -14,7 +14,7 @@ import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from . import _kernel
+from . import _kernel, _tracing
 from .accounting import (
     as_counter,
     measure_messages,
@@ -83,6 +83,8 @@ else:
         # their defaults, and CPython does not specialise such a call (a tenth of a
         # six-message chat's call). Options given as their defaults, or on_step_error="raise"
         # alone, take the one kernel call too.
+        if _tracing.hook is not None and not _tracing.QUIET.get():  # telemetry.instrument()
+            return _tracing.hook.call(process_context, policy, plan, policy, *args, **options)
         on_step_error = "continue"
         if args or options:
             handlers, counter, cancel, on_event, on_step_error, implementations = _options(
@@ -135,7 +137,9 @@ async def astream_context(
         on_step_error=on_step_error, implementations=implementations, is_async=True,
         sink=queue.append,
     )
-    async for item in drive_async(run, queue):
+    spans = _tracing.active()
+    items = drive_async(run, queue)
+    async for item in (items if spans is None else spans.stream(items, policy)):
         yield item
 
 
@@ -151,6 +155,12 @@ async def aprocess_context(
     implementations: Mapping[str, Implementation] | None = None,
 ) -> ContextResult:
     """:func:`process_context` for async code: handlers may be coroutine functions."""
+    spans = _tracing.active()
+    if spans is not None:  # telemetry.instrument()
+        return await spans.acall(
+            aprocess_context, policy, plan, policy, handlers=handlers, counter=counter,
+            cancel=cancel, on_event=on_event, on_step_error=on_step_error,
+            implementations=implementations)
     queue: list[ContextEvent] = []
     run = PolicyRun(
         plan, policy, handlers=handlers, counter=counter, cancel=cancel,

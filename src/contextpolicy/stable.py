@@ -33,7 +33,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from . import _kernel
+from . import _kernel, _tracing
 from ._snapshots import same, snapshot
 from ._tables import FLAG_GLUES_NEXT, FLAG_TOOL_CALLS, ROLE_ASSISTANT, ROLE_OTHER
 from .adapters._agent import agent_plan, prepare_agent_policy, under
@@ -212,6 +212,11 @@ class StableCut:
 
         Raises what :func:`~contextpolicy.process_context` raises, a message the kernel cannot
         read being a :class:`~contextpolicy.ContextPlanError` naming its index."""
+        spans = _tracing.active()
+        if spans is not None:  # telemetry.instrument(): one span, the replay's runs in it
+            return spans.call(self.process, self.policy, messages, lead=lead,  # type: ignore
+                              instructions=instructions, question=question,
+                              on_event=on_event, cancel=cancel, path=path)
         replay = _Replay(self, messages, lead, instructions, question, path)
         for plan in replay.plans():
             options = _options(on_event, cancel) if replay.final else {}
@@ -230,6 +235,11 @@ class StableCut:
         path: str = "messages",
     ) -> StableResult:
         """:meth:`process` for async code: handlers may be coroutine functions."""
+        spans = _tracing.active()
+        if spans is not None:  # telemetry.instrument(): one span, the replay's runs in it
+            return await spans.acall(  # type: ignore[no-any-return]
+                self.aprocess, self.policy, messages, lead=lead, instructions=instructions,
+                question=question, on_event=on_event, cancel=cancel, path=path)
         replay = _Replay(self, messages, lead, instructions, question, path)
         for plan in replay.plans():
             options = _options(on_event, cancel) if replay.final else {}
