@@ -55,13 +55,10 @@ import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel
-
-from ..content import same
 from ..core import aprocess_context, process_context
 from ..stable import CutReport, StableCut, StableResult, checked_cut
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy
-from ._returned import origins
+from ._items import as_items, kept_items, traced_items
 
 if TYPE_CHECKING:
     from agents.run_config import CallModelData, ModelInputData
@@ -99,61 +96,10 @@ def _is_coroutine_function(fn: Any) -> bool:
     )
 
 
-def _as_messages(items: Sequence[Any]) -> tuple[list[Any], dict[int, Any]]:
-    """``items`` as the kernel reads them, and the way back: the original item of every dict
-    this made (by the dict's ``id``; the dicts live as long as the plan that holds them)."""
-    messages: list[Any] = []
-    back: dict[int, Any] = {}
-    for item in items:
-        if isinstance(item, dict):
-            messages.append(item)
-            continue
-        if isinstance(item, BaseModel):
-            converted: Any = item.model_dump(exclude_unset=True)
-        elif isinstance(item, Mapping):
-            converted = dict(item)
-        else:  # not an item: the kernel names it, with its index, as a plan error
-            messages.append(item)
-            continue
-        back[id(converted)] = item
-        messages.append(converted)
-    return messages, back
-
-
 def _plan(instructions: str | None, messages: list[Any], question: bool) -> ContextPlan:
     """The plan of a model call's input (``question``) or of a session's items (no question)."""
     return agent_plan(messages, instructions=instructions, question=question,
                       path="input" if question else "items")
-
-
-def _traced(result: StableResult, skip: int, messages: list[Any],
-            back: dict[int, Any]) -> list[Any]:
-    """The items of a stable cut's input after its first ``skip``: the SDK's own object for
-    each one that is a given item as it was (``result.sources``: the item itself, or a copy a
-    handler left unchanged), the cut's dict otherwise."""
-    out: list[Any] = []
-    for j in range(skip, len(result.input)):
-        item, s = result.input[j], result.sources[j]
-        if s >= 0 and (item is messages[s] or same(item, messages[s])):
-            item = back.get(id(messages[s]), messages[s])
-        out.append(item)
-    return out
-
-
-def _kept(result: ContextResult, instructions: str | None, messages: list[Any],
-          back: dict[int, Any]) -> list[Any]:
-    """The items of a result's input, as the SDK's own objects wherever it sent them: every
-    item the policy kept or a compress handler left as it was (``_returned``); an item a handler
-    changed or wrote as the handler's dict."""
-    kept = result.input
-    # The instructions fragment is assembled first, as one system message; it is not an item.
-    kept = kept[1:] if instructions is not None else list(kept)
-    out: list[Any] = []
-    for item, origin in zip(kept, origins(messages, kept), strict=True):
-        if origin is not None and origin.unchanged:
-            item = messages[origin.source]
-        out.append(back.get(id(item), item))
-    return out
 
 
 class _Reducer:
@@ -172,28 +118,28 @@ class _Reducer:
 
     def reduce(self, instructions: str | None, items: Sequence[Any], *,
                question: bool) -> list[Any]:
-        messages, back = _as_messages(items)
+        messages, back = as_items(items)
         if self.stable is not None:
             stable = self.stable.process(messages, instructions=instructions, question=question,
                                          path="input" if question else "items")
             self.last_result = stable
-            return _traced(stable, instructions is not None, messages, back)
+            return traced_items(stable, instructions is not None, messages, back)
         result = process_context(_plan(instructions, messages, question), self.prepared)
         self.last_result = result
-        return _kept(result, instructions, messages, back)
+        return kept_items(result, instructions, messages, back)
 
     async def areduce(self, instructions: str | None, items: Sequence[Any], *,
                       question: bool) -> list[Any]:
-        messages, back = _as_messages(items)
+        messages, back = as_items(items)
         if self.stable is not None:
             stable = await self.stable.aprocess(messages, instructions=instructions,
                                                 question=question,
                                                 path="input" if question else "items")
             self.last_result = stable
-            return _traced(stable, instructions is not None, messages, back)
+            return traced_items(stable, instructions is not None, messages, back)
         result = await aprocess_context(_plan(instructions, messages, question), self.prepared)
         self.last_result = result
-        return _kept(result, instructions, messages, back)
+        return kept_items(result, instructions, messages, back)
 
     @property
     def last_report(self) -> ContextReport | None:
