@@ -89,8 +89,8 @@ class CutReport(ReportModel):
 class StableResult(ContextResult):
     """A :class:`~contextpolicy.ContextResult` of a stable cut: ``cut`` says what the cut did,
     ``sources`` gives, for each message of ``input``, the index in the given messages of the
-    message it is or stands for (``-1``: instructions, a lead message, or a message no given
-    one stands behind, such as a summary). A message of ``input`` that is one of the given
+    message it is or stands for (``-1``: instructions, the tools, a lead message, or a message
+    no given one stands behind, such as a summary). A message of ``input`` that is one of the given
     messages is that very object."""
 
     __slots__ = ("cut", "sources")
@@ -123,7 +123,7 @@ class _Entry:
     parent: _Entry | None
     chunk: list[Any]  # a snapshot of messages[parent.upto:upto]
     lead: list[Any]
-    instructions: str | None
+    texts: tuple[str | None, str | None]  # the instructions and the tools given apart
     question: bool
     state: _State
     key: int  # its _fingerprint
@@ -203,12 +203,15 @@ class StableCut:
         on_event: Callable[[Any], None] | None = None,
         cancel: Any = None,
         path: str = "messages",
+        tools: str | None = None,
     ) -> StableResult:
         """The input of the call whose history is ``messages`` (a list of message dicts, never
         changed), after ``lead`` (messages given apart, such as a system prompt) and
-        ``instructions``. ``question=False``: no message is the question, in this call or an
-        earlier one (a stored history; see ``agent_plan``). ``on_event`` and ``cancel`` apply
-        to this call's own run; ``path`` names the messages in errors (``messages[3]``).
+        ``instructions``, and ``tools`` (the tool schemas the model is given, as one text:
+        ``agent_plan``'s protected ``tools`` fragment). ``question=False``: no message is the
+        question, in this call or an earlier one (a stored history; see ``agent_plan``).
+        ``on_event`` and ``cancel`` apply to this call's own run; ``path`` names the messages in
+        errors (``messages[3]``).
 
         Raises what :func:`~contextpolicy.process_context` raises, a message the kernel cannot
         read being a :class:`~contextpolicy.ContextPlanError` naming its index."""
@@ -216,8 +219,8 @@ class StableCut:
         if spans is not None:  # telemetry.instrument(): one span, the replay's runs in it
             return spans.call(self.process, self.policy, messages, lead=lead,  # type: ignore
                               instructions=instructions, question=question,
-                              on_event=on_event, cancel=cancel, path=path)
-        replay = _Replay(self, messages, lead, instructions, question, path)
+                              on_event=on_event, cancel=cancel, path=path, tools=tools)
+        replay = _Replay(self, messages, lead, instructions, tools, question, path)
         for plan in replay.plans():
             options = _options(on_event, cancel) if replay.final else {}
             replay.result = process_context(plan, self.replaying, **options)
@@ -233,25 +236,26 @@ class StableCut:
         on_event: Callable[[Any], None] | None = None,
         cancel: Any = None,
         path: str = "messages",
+        tools: str | None = None,
     ) -> StableResult:
         """:meth:`process` for async code: handlers may be coroutine functions."""
         spans = _tracing.active()
         if spans is not None:  # telemetry.instrument(): one span, the replay's runs in it
             return await spans.acall(  # type: ignore[no-any-return]
                 self.aprocess, self.policy, messages, lead=lead, instructions=instructions,
-                question=question, on_event=on_event, cancel=cancel, path=path)
-        replay = _Replay(self, messages, lead, instructions, question, path)
+                question=question, on_event=on_event, cancel=cancel, path=path, tools=tools)
+        replay = _Replay(self, messages, lead, instructions, tools, question, path)
         for plan in replay.plans():
             options = _options(on_event, cancel) if replay.final else {}
             replay.result = await aprocess_context(plan, self.replaying, **options)
         return replay.finished()
 
-    def lookup(self, items: list[Any], lead: list[Any], instructions: str | None,
+    def lookup(self, items: list[Any], lead: list[Any], texts: tuple[str | None, str | None],
                question: bool, starts: np.ndarray, measured: tuple[np.ndarray, ...],
                ) -> _Entry | None:
         """The memo's entry for the latest earlier call of ``items`` it holds (among the newest
         few): one computed from the same messages (compared as exact copies, and measured
-        alike), under the same lead, instructions and question. Only an earlier call's state
+        alike), under the same lead, instructions, tools and question. Only an earlier call's state
         is taken: the state after a call whose messages are not followed by a model output
         (a retried call, a stored history read again) is never one the replay passes."""
         if not self.memo_size:
@@ -261,8 +265,8 @@ class StableCut:
                 entry = self._memo.get(_fingerprint(int(p), measured))
             if entry is None:
                 continue
-            if (type(instructions) is type(entry.instructions)
-                    and entry.instructions == instructions and entry.question is question
+            if (all(type(a) is type(b) for a, b in zip(texts, entry.texts, strict=True))
+                    and entry.texts == texts and entry.question is question
                     and same(entry.lead, lead) and _holds(entry, items)):
                 with self._lock:
                     if entry.key in self._memo:
@@ -270,7 +274,7 @@ class StableCut:
                 return entry
         return None
 
-    def remember(self, items: list[Any], lead: list[Any], instructions: str | None,
+    def remember(self, items: list[Any], lead: list[Any], texts: tuple[str | None, str | None],
                  question: bool, state: _State, parent: _Entry | None,
                  measured: tuple[np.ndarray, ...]) -> None:
         """Keep ``state`` (after the call whose history is ``items[:state.upto]``)."""
@@ -280,14 +284,14 @@ class StableCut:
         chunk = snapshot(items[start:state.upto])
         lead_copy = snapshot(lead)
         if chunk is None or lead_copy is None or (
-                instructions is not None and type(instructions) is not str):
+                any(t is not None and type(t) is not str for t in texts)):
             return
         chain = _chain(parent)
         if len(chain) >= _CHAIN:  # one chunk for the whole prefix: a lookup walks one link
             chunk = [m for e in chain for m in e.chunk] + chunk
             parent = None
         key = _fingerprint(state.upto, measured)
-        entry = _Entry(state.upto, parent, chunk, lead_copy, instructions, question,
+        entry = _Entry(state.upto, parent, chunk, lead_copy, texts, question,
                        state.copy(), key)
         with self._lock:
             self._memo[key] = entry
@@ -301,7 +305,8 @@ class _Replay:
     is above the trigger, then this call's), each answered by setting :attr:`result`."""
 
     def __init__(self, cut: StableCut, messages: list[Any], lead: Sequence[dict[str, Any]],
-                 instructions: str | None, question: bool, path: str) -> None:
+                 instructions: str | None, tools: str | None, question: bool,
+                 path: str) -> None:
         if not isinstance(messages, list):
             raise ContextPlanError(
                 f"expected a list of messages, got {type(messages).__name__}",
@@ -314,10 +319,11 @@ class _Replay:
             raise ContextPlanError(f"expected a list of messages, got {type(lead).__name__}",
                                    path="lead", code="invalid-messages")
         self.lead = list(lead)
-        if self.lead or (instructions is not None and type(instructions) is not str):
+        texts = (instructions, tools)
+        if self.lead or any(t is not None and type(t) is not str for t in texts):
             # what agent_plan checks of them, said before any work (errors naming the field)
-            agent_plan([], lead=self.lead, instructions=instructions)
-        self.instructions = instructions
+            agent_plan([], lead=self.lead, instructions=instructions, tools=tools)
+        self.instructions, self.tools, self.texts = instructions, tools, texts
         self.question = question = bool(question)
         self.path = path
         try:
@@ -325,14 +331,13 @@ class _Replay:
         except ContextPlanError as exc:
             raise under(exc, path) from None
         self.fixed = int(_kernel.measure_messages(self.lead)[1].sum()) if self.lead else 0
-        if instructions is not None:
-            self.fixed += len(instructions)
-        self.skip = len(self.lead) + (instructions is not None)
+        self.fixed += sum(len(t) for t in texts if t is not None)
+        self.skip = len(self.lead) + sum(t is not None for t in texts)
         self.starts = call_starts(roles, flags)
         self.measured = (roles, chars, flags)
         self.item_chars: list[int] = chars.tolist()
         self.cum = np.concatenate(([0], np.cumsum(chars, dtype=np.int64)))
-        self.entry = cut.lookup(self.items, self.lead, instructions, question, self.starts,
+        self.entry = cut.lookup(self.items, self.lead, texts, question, self.starts,
                                 self.measured) if cut.cuts else None
         self.state = _State() if self.entry is None else self.entry.state.copy()
         self.final = False
@@ -363,7 +368,7 @@ class _Replay:
         cut, result = self.cut, self.result
         assert result is not None
         if cut.cuts:
-            cut.remember(self.items, self.lead, self.instructions, self.question, self.state,
+            cut.remember(self.items, self.lead, self.texts, self.question, self.state,
                          self.entry, self.measured)
         done = self.entry.upto if self.entry is not None else 0
         report = CutReport(
@@ -408,7 +413,7 @@ class _Replay:
         given += items[state.upto:p]
         self.given = given
         self.plan = agent_plan(given, lead=self.lead, instructions=self.instructions,
-                               question=self.question, path=self.path)
+                               tools=self.tools, question=self.question, path=self.path)
         return self.plan
 
     def _advance(self, p: int, call: int) -> list[int]:

@@ -40,6 +40,7 @@ from langchain_core.messages import (
 )
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
+from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import END, START, MessagesState, StateGraph
 from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
@@ -223,6 +224,14 @@ def is_subsequence(kept: list[Any], of: list[Any]) -> bool:
 
 def chars(messages: list[BaseMessage]) -> int:
     return check_input_budget(to_chat_dicts(messages)).chars
+
+
+def with_tools(dicts: list[dict]) -> list[dict]:
+    """``dicts`` as an ephemeral middleware measures a request with the ``lookup`` tool: its
+    schema (the protected ``tools`` fragment, as LangChain binds it) first."""
+    schema = json.dumps([convert_to_openai_tool(lookup)], ensure_ascii=False,
+                        separators=(",", ":"))
+    return [{"role": "system", "content": schema}, *dicts]
 
 
 # --------------------------------------------------------------------------------------------
@@ -442,11 +451,12 @@ def test_ephemeral_agent_sends_the_kept_original_messages_and_keeps_its_state(
         assert sent[1 + (4 if turn else 0)] is handed[4 * turn]  # the question
         assert pairing_problems(sent) == []
         # The figures are what was handed and what was sent, measured.
-        before = check_input_budget(to_chat_dicts([system, *handed]), counter=Words())
-        after = check_input_budget(to_chat_dicts(sent), counter=Words())
+        before = check_input_budget(with_tools(to_chat_dicts([system, *handed])),
+                                    counter=Words())
+        after = check_input_budget(with_tools(to_chat_dicts(sent)), counter=Words())
         assert (report.before.chars, report.before.tokens) == (before.chars, before.tokens)
         assert (report.after.chars, report.after.tokens) == (after.chars, after.tokens)
-        assert report.after.messages == len(sent)
+        assert report.after.messages == len(sent) + 1  # the tool's schema
         assert report.kernel == pipeline_kernel.IMPLEMENTATION
     last = reports[-1].steps[0]
     assert (last.status, last.groups_before, last.groups_after, last.messages_removed) == (
@@ -478,7 +488,7 @@ def test_async_compress_handler_summary_is_sent_and_never_stored():
     assert [m.id for m in sent[2:]] == [m.id for m in state[8:15]]
     assert seen[-1] == ["user", "assistant", "tool", "assistant"] * 2
     assert reports[-1].steps[0].status == "applied"
-    assert reports[-1].after.chars == chars(sent)
+    assert reports[-1].after.chars == check_input_budget(with_tools(to_chat_dicts(sent))).chars
 
 
 def test_a_coroutine_handler_under_invoke_is_a_clear_error():

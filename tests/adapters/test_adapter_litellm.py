@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import os
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
@@ -207,3 +208,35 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ContextPlanError) as info:
         keep([SYSTEM, 42])
     assert info.value.issues[0].path.startswith("messages[1]")
+
+
+TRACK = {"type": "function", "function": {
+    "name": "track", "description": "Where a parcel is.",
+    "parameters": {"type": "object", "properties": {"parcel": {"type": "integer"}}}}}
+
+
+def test_the_tools_schemas_count_and_are_never_sent_as_a_message():
+    history = [SYSTEM, *tool_session(3, seed=3), QUESTION]
+    keep = ContextPolicyMessages(POLICY)
+    kept = keep(history, tools=[TRACK])
+    assert kept == history  # under the trigger: every message, and nothing else
+    report = keep.last_report
+    text = json.dumps([TRACK], ensure_ascii=False, separators=(",", ":"))
+    tools = {f.id: f for f in report.fragments}["tools"]
+    assert tools.chars_before == tools.chars_after == len(text)
+    assert report.before.chars == measure_messages(history).chars + len(text)
+    # A schema big enough pushes the input past the trigger: the history is cut for it.
+    big = {**TRACK, "function": {**TRACK["function"], "description": "x" * TRIGGER}}
+    assert len(keep(history, tools=[big])) < len(history)
+    assert keep(history, tools=[big])[0] is SYSTEM
+
+
+def test_the_proxy_hook_counts_the_requests_tools():
+    hook = context_policy_hook(POLICY)
+    history = [SYSTEM, *tool_session(3, seed=3), QUESTION]
+    big = {**TRACK, "function": {**TRACK["function"], "description": "x" * TRIGGER}}
+    out = asyncio.run(hook.async_pre_call_hook(
+        UserAPIKeyAuth(), None, {"model": "gpt-4", "messages": history, "tools": [big]},
+        "acompletion"))
+    assert len(out["messages"]) < len(history) and out["tools"] == [big]
+    assert {f.id for f in hook.last_report.fragments} >= {"tools", "system", "history"}

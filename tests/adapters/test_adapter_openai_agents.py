@@ -130,6 +130,15 @@ def lookup(q: str) -> str:
     return f"result for {q}"
 
 
+# What the model reads of make_agent's tool, every call: the protected tools fragment.
+TOOLS = json.dumps([{"type": "function", "name": "lookup", "description": "Look ``q`` up.",
+                     "parameters": lookup.params_json_schema}], separators=(",", ":"))
+
+
+def fragments_of(report: Any) -> dict[str, Any]:
+    return {f.id: f for f in report.fragments}
+
+
 def run(awaitable: Any) -> Any:
     """``asyncio.run`` without closing the thread's event loop policy's loop slot: SDKs before
     0.3 run ``run_sync`` on ``asyncio.get_event_loop()``, which ``asyncio.run`` leaves unset."""
@@ -182,6 +191,14 @@ def chars(items: list[Any]) -> int:
 def with_instructions(items: list[Any], instructions: str | None = INSTRUCTIONS) -> list[Any]:
     head = [{"role": "system", "content": instructions}] if instructions is not None else []
     return head + list(items)
+
+
+def with_tools(items: list[Any], instructions: str | None = INSTRUCTIONS) -> list[Any]:
+    """``items`` as the model reads them from ``make_agent``'s agent: the instructions, the
+    schemas of its tool (the protected ``tools`` fragment), then the items."""
+    tools = [{"role": "system", "content": TOOLS}]
+    head = [{"role": "system", "content": instructions}] if instructions is not None else []
+    return head + tools + list(items)
 
 
 def call_data(items: list[Any], instructions: str | None = INSTRUCTIONS) -> CallModelData[Any]:
@@ -297,10 +314,12 @@ def test_filter_inside_run_sync_sends_the_model_exactly_the_kept_items():
     assert (step.status, step.reason) == ("applied", "trimmed")
     assert (step.groups_before, step.groups_after, step.messages_removed) == (4, 2, 10)
     assert (step.chars_before, step.chars_after) == (sum(sizes), target)
-    # The report's figures are those of the input as the model sees it, instructions included.
-    assert report.before.chars == chars(with_instructions(second))
-    assert report.after.chars == chars(with_instructions(spy.returned[1].input))
-    assert report.after.messages == len(spy.returned[1].input) + 1
+    # The report's figures are those of the input as the model sees it: instructions and tools
+    # included.
+    assert report.before.chars == chars(with_tools(second))
+    assert report.after.chars == chars(with_tools(spy.returned[1].input))
+    assert fragments_of(report)["tools"].chars_after == len(TOOLS)
+    assert report.after.messages == len(spy.returned[1].input) + 2  # instructions, tools
 
 
 def test_filter_inside_run_streamed():
@@ -334,7 +353,7 @@ def test_filter_keeps_the_turn_in_progress_and_leading_instructions_at_any_targe
     assert model.calls[1].input[0] is spy.given[1][0]
     fragments = {f.id: f for f in keep.last_report.fragments}
     assert [f.id for f in keep.last_report.fragments] == [
-        "instructions", "system", "history", "question", "turn"]
+        "instructions", "tools", "system", "history", "question", "turn"]
     assert fragments["history"].messages_after == 0
     # The question is the user's message alone; the tool work after it is the turn, kept whole.
     assert fragments["question"].messages_after == 1
@@ -351,7 +370,7 @@ def test_filter_without_instructions():
     assert [call.instructions for call in model.calls] == [None, None]
     assert model.calls[0].snapshot == [question()]
     assert "instructions" not in {f.id for f in keep.last_report.fragments}
-    assert keep.last_report.before.chars == chars(spy.given[1])
+    assert keep.last_report.before.chars == chars(with_tools(spy.given[1], None))
 
 
 def test_filter_below_the_trigger_returns_every_item_the_sdk_gave():
@@ -408,7 +427,7 @@ def test_async_handlers_return_an_awaitable_and_work_in_runner_run():
     assert orphans(first.input) == []
     step = keep.last_report.steps[0]
     assert (step.status, step.handler_id) == ("applied", "summarise")
-    assert keep.last_report.after.chars == chars(with_instructions(model.calls[1].input))
+    assert keep.last_report.after.chars == chars(with_tools(model.calls[1].input))
 
 
 def test_a_sync_filter_needs_no_event_loop():
@@ -983,7 +1002,7 @@ def test_one_policy_document_works_unchanged_in_both_adapters():
     from contextpolicy.adapters import openai_agents as oa_adapter
 
     assert lc_adapter.FRAGMENT_IDS == oa_adapter.FRAGMENT_IDS == (
-        "instructions", "system", "history", "question", "turn")
+        "instructions", "tools", "system", "history", "question", "turn")
     document = copy.deepcopy(SHARED_POLICY)
 
     # The same conversation in each framework's shape: two finished turns, the question, and

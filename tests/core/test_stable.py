@@ -143,6 +143,30 @@ def test_a_session_cuts_only_when_the_trigger_fires_and_keeps_the_prefix_between
     assert broken <= cuts
 
 
+def test_the_tools_schemas_count_against_the_trigger_and_key_the_memo():
+    messages = tool_session(30)
+    small, big = '[{"name":"f"}]', '[{"name":"f","description":"' + "d" * 20_000 + '"}]'
+    cut = StableCut(trim())
+    for n in calls_of(messages):
+        for tools in (small, big):
+            result = cut.process(messages[:n], tools=tools)
+            assert result.input == persisted(messages[:n], cut.prepared, tools=tools)
+            assert result.input[0] == {"role": "system", "content": tools}
+            assert result.sources[0] == -1 and result.input[1:] == [
+                messages[s] for s in result.sources[1:]]
+            assert result.report.after.chars <= 60_000 + 4_000
+    # The schemas count: with the big ones the history is cut earlier and more often.
+    with_small = cut.process(messages, tools=small)
+    with_big = cut.process(messages, tools=big)
+    assert len(with_big.input) < len(with_small.input)
+    with pytest.raises(ContextPlanError, match="expected a string, got int") as info:
+        cut.process(messages, tools=3)  # type: ignore[arg-type]
+    assert info.value.issues[0].path == "tools"
+    with pytest.raises(ContextPlanError) as info:
+        cut.process(messages, instructions=b"rules")  # type: ignore[arg-type]
+    assert info.value.issues[0].path == "instructions"
+
+
 def test_the_memo_replays_only_the_calls_since_and_a_cold_cut_replays_them_all():
     messages = tool_session(40)
     cut = StableCut(clear_then_trim(), handlers=HANDLERS)

@@ -25,18 +25,19 @@ def call_points(messages: list[Any]) -> list[int]:
 
 
 def persisted(messages: list[Any], prepared: Any, lead: list[Any] | None = None,
-              instructions: str | None = None, question: bool = True) -> list[Any]:
+              instructions: str | None = None, question: bool = True,
+              tools: str | None = None) -> list[Any]:
     """The input of the call whose history is ``messages``, as an agent that kept every
     reduction (persist) would send it: the policy run at each earlier call and at this one."""
     lead = lead or []
-    skip = len(lead) + (instructions is not None)
+    skip = len(lead) + (instructions is not None) + (tools is not None)
     state: list[Any] = []
     done = 0
     result = None
     for p in [*call_points(messages), len(messages)]:
         given = state + messages[done:p]
         result = process_context(agent_plan(given, lead=lead, instructions=instructions,
-                                            question=question), prepared)
+                                            question=question, tools=tools), prepared)
         state, done = result.input[skip:], p
     assert result is not None
     return result.input

@@ -6,6 +6,9 @@ whatever the framework, so one policy file works in all of them:
 
 - ``instructions`` (text, kind ``system``, protected): instructions the framework keeps apart
   from the messages (the OpenAI Agents SDK does); present when given.
+- ``tools`` (text, kind ``system``, protected): the schemas of the tools the model is offered,
+  as one compact JSON text (:func:`tools_text`); present when there are any. The model reads
+  them with every call, so they count against the trigger like the system prompt.
 - ``system`` (kind ``system``, protected): messages given apart (LangChain's system prompt),
   then the list's leading ``system``/``developer`` messages; present when there are any.
 - ``history`` (kind ``history``, always present, maybe empty): everything between those and
@@ -24,6 +27,7 @@ whole. A message list is measured once here (one kernel pass) to find the questi
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -38,9 +42,10 @@ from ..policy import AuditPolicy, validate_context_policy
 from ..policy.validation import dedupe
 from ..prepared import PreparedPolicy, carried_options, prepare_policy
 
-__all__ = ["FRAGMENT_IDS", "REDUCIBLE_IDS", "agent_plan", "prepare_agent_policy", "under"]
+__all__ = ["FRAGMENT_IDS", "REDUCIBLE_IDS", "agent_plan", "prepare_agent_policy", "tools_text",
+           "under"]
 
-FRAGMENT_IDS = ("instructions", "system", "history", "question", "turn")
+FRAGMENT_IDS = ("instructions", "tools", "system", "history", "question", "turn")
 # The fragments a step may name: the others are protected.
 REDUCIBLE_IDS = ("history", "turn")
 
@@ -48,6 +53,7 @@ REDUCIBLE_IDS = ("history", "turn")
 # irrelevant): a policy checked against these once names only fragments an adapter makes.
 _SHAPES = (
     Fragment(id="instructions", kind="system", text=""),
+    Fragment(id="tools", kind="system", text=""),
     Fragment(id="system", kind="system", messages=[]),
     Fragment(id="history", kind="history", messages=[]),
     Fragment(id="question", kind="question", messages=[]),
@@ -62,9 +68,11 @@ def agent_plan(
     instructions: str | None = None,
     question: bool = True,
     path: str = "messages",
+    tools: str | None = None,
 ) -> ContextPlan:
     """The plan of ``messages`` (see the module docstring): ``lead`` are the dicts given apart
-    that open the ``system`` fragment, ``instructions`` the text of ``instructions``.
+    that open the ``system`` fragment, ``instructions`` the text of ``instructions``, ``tools``
+    the text of ``tools`` (:func:`tools_text`).
 
     With ``question=False`` no message is the question (a stored history, whose question
     arrives with the next run): ``history`` holds everything after the leading system
@@ -72,6 +80,10 @@ def agent_plan(
     are never copied. A message the kernel cannot read is a :class:`ContextPlanError` whose
     path starts with ``path`` (``input[3].content``).
     """
+    for name, text in (("instructions", instructions), ("tools", tools)):
+        if text is not None and not isinstance(text, str):
+            raise ContextPlanError(f"expected a string, got {type(text).__name__}", path=name,
+                                   code="expected-string")
     n = len(messages)
     try:
         flags = _kernel.measure_messages(messages)[2]
@@ -88,6 +100,8 @@ def agent_plan(
     fragments: list[Fragment] = []
     if instructions is not None:
         fragments.append(Fragment(id="instructions", kind="system", text=instructions))
+    if tools is not None:
+        fragments.append(Fragment(id="tools", kind="system", text=tools))
     if lead:
         fragments.append(Fragment(id="system", kind="system", messages=[*lead, *messages[:head]]))
     elif head:
@@ -105,6 +119,15 @@ _PLAN_KEYS = frozenset({"fragments"})
 
 def _fragment(fid: str, kind: str, messages: list[Any]) -> Fragment:
     return built(Fragment, {"id": fid, "kind": kind, "messages": messages}, _KEYS)
+
+
+def tools_text(schemas: Sequence[Any] | None) -> str | None:
+    """The ``tools`` fragment's text: the tool schemas (JSON-like dicts, as the framework sends
+    them to the provider) as one compact JSON array, in their order; ``None`` for none. A value
+    JSON cannot hold is written as its ``str``."""
+    if not schemas:
+        return None
+    return json.dumps(list(schemas), ensure_ascii=False, separators=(",", ":"), default=str)
 
 
 def under(exc: ContextPlanError, path: str) -> ContextPlanError:

@@ -46,7 +46,7 @@ def as_items(items: Sequence[Any]) -> tuple[list[Any], dict[int, Any]]:
 
 def traced_items(result: StableResult, skip: int, messages: list[Any],
             back: dict[int, Any]) -> list[Any]:
-    """The items of a stable cut's input after its first ``skip``: the SDK's own object for
+    """The items of a stable cut's input after its first ``skip``: the framework's own object for
     each one that is a given item as it was (``result.sources``: the item itself, or a copy a
     handler left unchanged), the cut's dict otherwise."""
     out: list[Any] = []
@@ -58,14 +58,14 @@ def traced_items(result: StableResult, skip: int, messages: list[Any],
     return out
 
 
-def kept_items(result: ContextResult, instructions: str | None, messages: list[Any],
-          back: dict[int, Any]) -> list[Any]:
-    """The items of a result's input, as the SDK's own objects wherever it sent them: every
-    item the policy kept or a compress handler left as it was (``_returned``); an item a handler
-    changed or wrote as the handler's dict."""
-    kept = result.input
-    # The instructions fragment is assembled first, as one system message; it is not an item.
-    kept = kept[1:] if instructions is not None else list(kept)
+def kept_items(result: ContextResult, skip: int, messages: list[Any],
+               back: dict[int, Any]) -> list[Any]:
+    """The items of a result's input after its first ``skip``, as the framework's own objects
+    wherever it sent them: every item the policy kept or a compress handler left as it was
+    (``_returned``); an item a handler changed or wrote as the handler's dict."""
+    # The instructions and tools fragments are assembled first, one system message each; they
+    # are not items.
+    kept = result.input[skip:]
     out: list[Any] = []
     for item, origin in zip(kept, origins(messages, kept), strict=True):
         if origin is not None and origin.unchanged:

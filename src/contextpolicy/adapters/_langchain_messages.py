@@ -53,7 +53,7 @@ from ..errors import ContextPlanError
 from ..plan import ContextPlan
 from ..report import ContextResult
 from ..stable import StableResult
-from ._agent import agent_plan
+from ._agent import agent_plan, tools_text
 from ._returned import origins, trimmed_away
 
 __all__ = ["Split", "as_messages", "chat_dict", "chat_dicts", "edited", "from_chat_dict",
@@ -289,14 +289,16 @@ class Split:
     dicts: list[dict[str, Any]]
     # The dict of the system message given apart from the list: counted, never handed back.
     apart: dict[str, Any] | None
+    # The text fragments that open the input (the tools' schemas): counted, never handed back.
+    texts: int = 0
 
     def kept(self, result: ContextResult) -> list[BaseMessage]:
         """The messages of ``result.input``: the original objects the policy kept or a handler
         left as they were, in order; for a message a handler changed, the original with the
         handler's changes (:func:`edited`); a new message for each dict no original stands
         behind."""
-        apart = self.apart
-        at = [i for i, d in enumerate(result.input) if d is not apart]
+        apart, texts = self.apart, self.texts
+        at = [i for i, d in enumerate(result.input) if i >= texts and d is not apart]
         returned = [result.input[i] for i in at]
         out: list[BaseMessage] = []
         for i, d, origin in zip(at, returned, origins(self.dicts, returned, self._away(result)),
@@ -325,10 +327,11 @@ class Split:
 
 def traced(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]],
            result: StableResult, skip: int) -> list[BaseMessage]:
-    """The messages of a stable cut's ``result.input`` after its first ``skip`` (the system
-    message given apart), mapped back through ``result.sources``: the original object for a
-    dict that is the original's; the original with the changes an earlier or this call's
-    handler made (:func:`edited`); a new message where no original stands behind."""
+    """The messages of a stable cut's ``result.input`` after its first ``skip`` (the tools'
+    schemas and the system message given apart), mapped back through ``result.sources``: the
+    original object for a dict that is the original's; the original with the changes an
+    earlier or this call's handler made (:func:`edited`); a new message where no original
+    stands behind."""
     out: list[BaseMessage] = []
     for j in range(skip, len(result.input)):
         d, s = result.input[j], result.sources[j]
@@ -342,15 +345,17 @@ def traced(messages: Sequence[BaseMessage], dicts: list[dict[str, Any]],
 
 
 def split_messages(
-    messages: Sequence[BaseMessage], system: SystemMessage | None = None, path: str = "messages"
+    messages: Sequence[BaseMessage], system: SystemMessage | None = None, path: str = "messages",
+    tools: str | None = None,
 ) -> Split:
-    """The plan of ``messages`` and of ``system`` (the system message given apart, which opens
-    the protected ``system`` fragment); anything in ``messages`` that is not a LangChain
-    message is a :class:`ContextPlanError` naming its index under ``path``."""
+    """The plan of ``messages``, of ``system`` (the system message given apart, which opens
+    the protected ``system`` fragment) and of ``tools`` (the tools' schemas, the protected
+    ``tools`` fragment); anything in ``messages`` that is not a LangChain message is a
+    :class:`ContextPlanError` naming its index under ``path``."""
     dicts = chat_dicts(messages, path)
     apart = chat_dict(system) if system is not None else None
-    plan = agent_plan(dicts, lead=[apart] if apart is not None else (), path=path)
-    return Split(plan, messages, dicts, apart)
+    plan = agent_plan(dicts, lead=[apart] if apart is not None else (), path=path, tools=tools)
+    return Split(plan, messages, dicts, apart, tools is not None)
 
 
 def _role(message: BaseMessage) -> str:
@@ -396,3 +401,13 @@ def _tool_use_ids(content: Any) -> set[Any]:
         return set()
     return {part.get("id") for part in content
             if isinstance(part, dict) and part.get("type") == TOOL_USE_PART}
+
+
+def request_tools(tools: Sequence[Any] | None) -> str | None:
+    """The ``tools`` fragment's text of a model request's tools: each ``BaseTool`` (or function)
+    as the OpenAI tool schema LangChain binds it as, a provider's own tool dict as it is."""
+    from langchain_core.utils.function_calling import convert_to_openai_tool
+
+    if not tools:
+        return None
+    return tools_text([t if isinstance(t, Mapping) else convert_to_openai_tool(t) for t in tools])

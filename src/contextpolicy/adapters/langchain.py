@@ -51,7 +51,15 @@ from ..prepared import PreparedPolicy
 from ..report import ContextEvent, ContextReport, ContextResult
 from ..stable import CutReport, StableCut, StableResult, checked_cut
 from ._agent import FRAGMENT_IDS, prepare_agent_policy
-from ._langchain_messages import Split, as_messages, chat_dict, chat_dicts, split_messages, traced
+from ._langchain_messages import (
+    Split,
+    as_messages,
+    chat_dict,
+    chat_dicts,
+    request_tools,
+    split_messages,
+    traced,
+)
 
 __all__ = [
     "FRAGMENT_IDS",
@@ -90,7 +98,8 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
     :class:`~contextpolicy.ContextPolicyError` at construction, every problem at once.
 
     ``mode="ephemeral"`` (``wrap_model_call``): each call's messages are reduced for that call
-    only; the system message counts as the protected ``system`` fragment and is sent as it was;
+    only; the system message counts as the protected ``system`` fragment and is sent as it was,
+    the schemas of the request's tools as the protected ``tools`` fragment;
     the state keeps every message. ``cut="stable"`` (the default) sends each call what a
     persisted reduction would hold (:class:`~contextpolicy.stable.StableCut`: the cut moves only
     when the trigger fires, so a prompt cache keeps its prefix; ``last_cut`` says what it did,
@@ -190,11 +199,11 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
 
     def _stable_kept(
         self, request: ModelRequest[Any], dicts: list[dict[str, Any]],
-        apart: dict[str, Any] | None, result: StableResult,
+        apart: dict[str, Any] | None, tools: str | None, result: StableResult,
     ) -> list[BaseMessage] | None:
         self._finished(result)
         messages = request.messages
-        kept = traced(messages, dicts, result, 1 if apart is not None else 0)
+        kept = traced(messages, dicts, result, (apart is not None) + (tools is not None))
         same = len(kept) == len(messages) and all(
             a is b for a, b in zip(kept, messages, strict=True))
         return None if same else kept
@@ -206,10 +215,11 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
             kept = self._run(_request_split(request))
         else:
             dicts, apart = _request_dicts(request)
+            tools = request_tools(request.tools)
             result = self._stable.process(dicts, lead=[apart] if apart is not None else (),
                                           on_event=self.on_event, cancel=self.cancel,
-                                          path="request.messages")
-            kept = self._stable_kept(request, dicts, apart, result)
+                                          path="request.messages", tools=tools)
+            kept = self._stable_kept(request, dicts, apart, tools, result)
         return handler(_with_messages(request, kept))
 
     async def awrap_model_call(
@@ -219,10 +229,11 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
             kept = await self._arun(_request_split(request))
         else:
             dicts, apart = _request_dicts(request)
+            tools = request_tools(request.tools)
             result = await self._stable.aprocess(
                 dicts, lead=[apart] if apart is not None else (), on_event=self.on_event,
-                cancel=self.cancel, path="request.messages")
-            kept = self._stable_kept(request, dicts, apart, result)
+                cancel=self.cancel, path="request.messages", tools=tools)
+            kept = self._stable_kept(request, dicts, apart, tools, result)
         return await handler(_with_messages(request, kept))
 
 
@@ -250,7 +261,8 @@ def _request_system(request: ModelRequest[Any]) -> SystemMessage | None:
 
 
 def _request_split(request: ModelRequest[Any]) -> Split:
-    return split_messages(request.messages, _request_system(request), "request.messages")
+    return split_messages(request.messages, _request_system(request), "request.messages",
+                          request_tools(request.tools))
 
 
 def _request_dicts(request: ModelRequest[Any]) -> tuple[list[dict[str, Any]],

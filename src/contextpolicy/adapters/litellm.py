@@ -33,7 +33,7 @@ from ..core import aprocess_context, process_context
 from ..counters._base import checked_count, exact_text, import_extra
 from ..errors import ContextPlanError
 from ..stable import CutReport, StableCut, StableResult, checked_cut
-from ._agent import agent_plan, prepare_agent_policy
+from ._agent import agent_plan, prepare_agent_policy, tools_text
 from ._items import as_items, kept_items, traced_items
 
 if TYPE_CHECKING:
@@ -79,7 +79,9 @@ class ContextPolicyMessages:
     default) keeps a prompt cache's prefix, ``cut="plain"`` runs the policy on each call's whole
     history; ``store``: where a stable cut keeps what it cannot replay (summaries).
 
-    Calling it returns the messages the policy keeps: the objects given, in their order, for
+    ``tools``: the call's tool schemas (``completion(tools=...)``), counted as the protected
+    ``tools`` fragment: the model reads them with every call. Calling it returns the messages
+    the policy keeps: the objects given, in their order, for
     every message kept as it was; a handler's dict for one it changed or wrote. The given list
     and its messages are never changed. :meth:`areduce` is the same for async code (coroutine
     handlers). ``last_report``, ``last_result`` and ``last_cut`` hold the latest call's.
@@ -98,26 +100,33 @@ class ContextPolicyMessages:
         """The policy as checked once, with its handlers and counter."""
         return self.prepared
 
-    def __call__(self, messages: Sequence[Any], *, path: str = "messages") -> list[Any]:
+    def __call__(self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None,
+                 path: str = "messages") -> list[Any]:
         items, back = as_items(_messages(messages, path))
+        text = tools_text(tools)
+        skip = text is not None
         if self.stable is not None:
-            stable = self.stable.process(items, path=path)
+            stable = self.stable.process(items, path=path, tools=text)
             self.last_result = stable
-            return traced_items(stable, 0, items, back)
-        result = process_context(agent_plan(items, path=path), self.prepared)
+            return traced_items(stable, skip, items, back)
+        result = process_context(agent_plan(items, path=path, tools=text), self.prepared)
         self.last_result = result
-        return kept_items(result, None, items, back)
+        return kept_items(result, skip, items, back)
 
-    async def areduce(self, messages: Sequence[Any], *, path: str = "messages") -> list[Any]:
+    async def areduce(self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None,
+                      path: str = "messages") -> list[Any]:
         """:meth:`__call__` for async code: handlers may be coroutine functions."""
         items, back = as_items(_messages(messages, path))
+        text = tools_text(tools)
+        skip = text is not None
         if self.stable is not None:
-            stable = await self.stable.aprocess(items, path=path)
+            stable = await self.stable.aprocess(items, path=path, tools=text)
             self.last_result = stable
-            return traced_items(stable, 0, items, back)
-        result = await aprocess_context(agent_plan(items, path=path), self.prepared)
+            return traced_items(stable, skip, items, back)
+        result = await aprocess_context(agent_plan(items, path=path, tools=text),
+                                        self.prepared)
         self.last_result = result
-        return kept_items(result, None, items, back)
+        return kept_items(result, skip, items, back)
 
     @property
     def last_report(self) -> ContextReport | None:
@@ -255,7 +264,9 @@ def context_policy_hook(policy: Any, *, counter: Any = None,
             messages = data.get("messages") if isinstance(data, dict) else None
             if call_type not in CHAT_CALL_TYPES or not isinstance(messages, list):
                 return data
-            kept = await reducer.areduce(messages, path="messages")
+            tools = data.get("tools")
+            kept = await reducer.areduce(
+                messages, tools=tools if isinstance(tools, list) else None, path="messages")
             if on_report is not None and reducer.last_result is not None:
                 on_report(reducer.last_result, data)
             return {**data, "messages": kept}

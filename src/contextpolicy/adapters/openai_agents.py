@@ -19,6 +19,8 @@ policy file works here and in LangChain:
 
 - ``instructions``: the agent's instructions, a protected text fragment (kind ``system``). It
   counts, and it is never changed: the SDK gets it back as it came.
+- ``tools``: the schemas of the agent's tools and handoffs (``agent_tools``), a protected text
+  fragment: the model reads them with every call, so they count against the trigger.
 - ``system``: leading ``system``/``developer`` message items (protected), when there are any.
 - ``history``: every item between those and the question (always present, maybe empty).
 - ``question``: the last ``user`` message item that opens a turn (protected); absent when no
@@ -57,7 +59,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import aprocess_context, process_context
 from ..stable import CutReport, StableCut, StableResult, checked_cut
-from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy
+from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy, tools_text
 from ._items import as_items, kept_items, traced_items
 
 if TYPE_CHECKING:
@@ -96,10 +98,34 @@ def _is_coroutine_function(fn: Any) -> bool:
     )
 
 
-def _plan(instructions: str | None, messages: list[Any], question: bool) -> ContextPlan:
+def _plan(instructions: str | None, messages: list[Any], question: bool,
+          tools: str | None) -> ContextPlan:
     """The plan of a model call's input (``question``) or of a session's items (no question)."""
     return agent_plan(messages, instructions=instructions, question=question,
-                      path="input" if question else "items")
+                      path="input" if question else "items", tools=tools)
+
+
+def _tool_schema(tool: Any) -> dict[str, Any]:
+    """What the model is told of one of an agent's tools: a function tool's name, description
+    and parameters' schema; a hosted tool's name."""
+    schema = getattr(tool, "params_json_schema", None)
+    if isinstance(schema, Mapping):
+        return {"type": "function", "name": getattr(tool, "name", None),
+                "description": getattr(tool, "description", None), "parameters": schema}
+    return {"type": getattr(tool, "name", type(tool).__name__)}
+
+
+def agent_tools(agent: Any) -> str | None:
+    """The ``tools`` fragment's text for an SDK agent: the schemas of its tools
+    (``agent.tools``, in order), and of its handoffs, which the model is offered as tools."""
+    schemas = [_tool_schema(t) for t in (getattr(agent, "tools", None) or ())]
+    for handoff in getattr(agent, "handoffs", None) or ():
+        name = getattr(handoff, "tool_name", None) or getattr(handoff, "name", None)
+        schemas.append({"type": "function", "name": name,
+                        "description": getattr(handoff, "tool_description", None)
+                        or getattr(handoff, "handoff_description", None),
+                        "parameters": getattr(handoff, "input_json_schema", None) or {}})
+    return tools_text(schemas)
 
 
 class _Reducer:
@@ -117,29 +143,33 @@ class _Reducer:
         self.last_result: ContextResult | None = None
 
     def reduce(self, instructions: str | None, items: Sequence[Any], *,
-               question: bool) -> list[Any]:
+               question: bool, tools: str | None = None) -> list[Any]:
         messages, back = as_items(items)
+        skip = (instructions is not None) + (tools is not None)
         if self.stable is not None:
             stable = self.stable.process(messages, instructions=instructions, question=question,
-                                         path="input" if question else "items")
+                                         path="input" if question else "items", tools=tools)
             self.last_result = stable
-            return traced_items(stable, instructions is not None, messages, back)
-        result = process_context(_plan(instructions, messages, question), self.prepared)
+            return traced_items(stable, skip, messages, back)
+        result = process_context(_plan(instructions, messages, question, tools), self.prepared)
         self.last_result = result
-        return kept_items(result, instructions, messages, back)
+        return kept_items(result, skip, messages, back)
 
     async def areduce(self, instructions: str | None, items: Sequence[Any], *,
-                      question: bool) -> list[Any]:
+                      question: bool, tools: str | None = None) -> list[Any]:
         messages, back = as_items(items)
+        skip = (instructions is not None) + (tools is not None)
         if self.stable is not None:
             stable = await self.stable.aprocess(messages, instructions=instructions,
                                                 question=question,
-                                                path="input" if question else "items")
+                                                path="input" if question else "items",
+                                                tools=tools)
             self.last_result = stable
-            return traced_items(stable, instructions is not None, messages, back)
-        result = await aprocess_context(_plan(instructions, messages, question), self.prepared)
+            return traced_items(stable, skip, messages, back)
+        result = await aprocess_context(_plan(instructions, messages, question, tools),
+                                        self.prepared)
         self.last_result = result
-        return kept_items(result, instructions, messages, back)
+        return kept_items(result, skip, messages, back)
 
     @property
     def last_report(self) -> ContextReport | None:
@@ -205,14 +235,16 @@ class ContextPolicyInputFilter(_Reports):
         self, data: CallModelData[Any]
     ) -> ModelInputData | Awaitable[ModelInputData]:
         model_data = data.model_data
+        tools = agent_tools(getattr(data, "agent", None))
         if self._reducer.is_async:
-            return self._afilter(model_data)
-        kept = self._reducer.reduce(model_data.instructions, model_data.input, question=True)
+            return self._afilter(model_data, tools)
+        kept = self._reducer.reduce(model_data.instructions, model_data.input, question=True,
+                                    tools=tools)
         return self._reducer.model_input_data(input=kept, instructions=model_data.instructions)
 
-    async def _afilter(self, model_data: ModelInputData) -> ModelInputData:
+    async def _afilter(self, model_data: ModelInputData, tools: str | None) -> ModelInputData:
         kept = await self._reducer.areduce(model_data.instructions, model_data.input,
-                                           question=True)
+                                           question=True, tools=tools)
         return self._reducer.model_input_data(input=kept, instructions=model_data.instructions)
 
     def __repr__(self) -> str:
