@@ -993,7 +993,7 @@ SHARED_POLICY = {
 }
 
 
-def test_one_policy_document_works_unchanged_in_both_adapters():
+def test_one_policy_document_works_unchanged_in_every_adapter():
     from langchain.agents.middleware import ModelRequest, ModelResponse
     from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
     from langchain_core.messages import AIMessage, HumanMessage, SystemMessage, ToolMessage
@@ -1032,15 +1032,24 @@ def test_one_policy_document_works_unchanged_in_both_adapters():
     middleware.wrap_model_call(request, lambda r: sent.append(r) or ModelResponse(result=[]))
     keep = context_policy_input_filter(document, cut="plain")
     out = keep(call_data(items))
+    # LiteLLM: the same conversation as OpenAI chat dicts, the system prompt leading.
+    from contextpolicy.adapters.litellm import ContextPolicyMessages
+
+    chat = lc_adapter.to_chat_dicts([SystemMessage(INSTRUCTIONS), *messages])
+    litellm_keep = ContextPolicyMessages(document, cut="plain")
+    chat_sent = litellm_keep(chat)
 
     # Each keeps the newest finished turn, the question, and the newest round of tool work.
     assert [m.id for m in sent[0].messages] == ["h1", "a1", "t1", "e1", "q", "now-a1", "now-t1"]
     assert identities(out.input) == identities([*items[5:11], *items[-3:]])
-    reports = {"langchain": middleware.last_report, "openai-agents": keep.last_report}
+    assert identities(chat_sent) == identities([chat[0], *chat[5:10], *chat[-2:]])
+    reports = {"langchain": middleware.last_report, "openai-agents": keep.last_report,
+               "litellm": litellm_keep.last_report}
     sent_chars = {
         "langchain": chars(lc_adapter.to_chat_dicts([request.system_message,
                                                      *sent[0].messages])),
         "openai-agents": chars(with_instructions(out.input)),
+        "litellm": chars(chat_sent),
     }
     for name, report in reports.items():
         assert [(s.id, s.fragment_id, s.status, s.groups_before, s.groups_after)
@@ -1053,6 +1062,8 @@ def test_one_policy_document_works_unchanged_in_both_adapters():
         "system", "history", "question", "turn"]
     assert [f.id for f in reports["openai-agents"].fragments] == [
         "instructions", "history", "question", "turn"]
+    assert [f.id for f in reports["litellm"].fragments] == [
+        "system", "history", "question", "turn"]
     assert document == SHARED_POLICY  # neither adapter changed the document
 
 
