@@ -1,0 +1,298 @@
+"""A context policy inside Google's Agent Development Kit (extra ``[google-adk]``).
+
+:func:`context_policy_callback` is a ``before_model_callback`` for an ``LlmAgent``: before every
+model call ADK hands it the request it built from the session, and the model receives the
+contents the policy keeps::
+
+    from google.adk.agents import LlmAgent
+    from contextpolicy.adapters.google_adk import context_policy_callback
+
+    keep = context_policy_callback(policy)
+    agent = LlmAgent(name="agent", model="gemini-2.5-flash", before_model_callback=keep, ...)
+    keep.last_report  # what the last model call was reduced by, measured
+
+It is the ephemeral mode: ``llm_request.contents`` is replaced for that call only, and the
+session's events (the agent's history) stay whole. The default cut is the stable one
+(:class:`~contextpolicy.StableCut`), so a prompt cache keeps its prefix from call to call.
+
+Each ``Content`` is one message to the policy: a ``user`` content with text is a user message;
+one with ``function_response`` parts carries tool results (Anthropic-style ``tool_result``
+blocks, paired with their calls by id), and is never the question; a ``model`` content is an
+assistant message whose ``function_call`` parts are ``tool_use`` blocks and whose thoughts are
+``thinking`` blocks; inline data and files are opaque parts (0 chars). A trim therefore never
+leaves a ``function_response`` without its ``function_call``. The request's system instruction
+is the protected ``instructions`` fragment and its tools' declarations the protected ``tools``
+fragment, so one policy file works here as in every adapter. A content the policy kept is the
+very object ADK built; one a compress handler changed is a new ``Content``.
+
+Importing this module does not import ADK; the callback's first call does, through the
+objects it is given.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+from ..content import same
+from ..core import aprocess_context, process_context
+from ..errors import ContextPlanError
+from ..stable import CutReport, StableCut, StableResult, checked_cut
+from ._agent import agent_plan, prepare_agent_policy, tools_text
+from ._returned import origins
+
+if TYPE_CHECKING:
+    from ..prepared import PreparedPolicy
+    from ..report import ContextReport, ContextResult
+
+__all__ = ["ContextPolicyCallback", "content_dicts", "context_policy_callback"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Contents as chat dicts, and back
+
+
+def _part_block(part: Any, ids: _CallIds) -> dict[str, Any]:
+    call, response = getattr(part, "function_call", None), getattr(part, "function_response",
+                                                                    None)
+    if call is not None:
+        return {"type": "tool_use", "id": ids.call(call.id, call.name), "name": call.name,
+                "input": dict(call.args or {})}
+    if response is not None:
+        return {"type": "tool_result", "tool_use_id": ids.response(response.id, response.name),
+                "content": json.dumps(response.response, ensure_ascii=False, default=str)}
+    text = getattr(part, "text", None)
+    if text is not None:
+        if getattr(part, "thought", None):
+            return {"type": "thinking", "thinking": text}
+        return {"type": "text", "text": text}
+    # inline data, files, executable code and the rest: an opaque part
+    return {"type": "file"}
+
+
+class _CallIds:
+    """The ids that pair calls with responses. ADK strips its own call ids before a Gemini
+    request, and Gemini pairs a response with the earliest unanswered call of its name: a call
+    without an id gets ``name#k`` (its order among the calls of that name), a response without
+    one the id of the earliest unanswered call of its name. They live only in the dicts."""
+
+    def __init__(self) -> None:
+        self.counts: dict[Any, int] = {}
+        self.pending: dict[Any, list[str]] = {}
+
+    def call(self, cid: Any, name: Any) -> Any:
+        if cid is not None:
+            return cid
+        k = self.counts.get(name, 0)
+        self.counts[name] = k + 1
+        made = f"{name}#{k}"
+        self.pending.setdefault(name, []).append(made)
+        return made
+
+    def response(self, cid: Any, name: Any) -> Any:
+        if cid is not None:
+            return cid
+        waiting = self.pending.get(name)
+        return waiting.pop(0) if waiting else None
+
+
+def content_dict(content: Any, index: int, path: str = "contents",
+                 ids: _CallIds | None = None) -> dict[str, Any]:
+    """One ``Content`` as the chat dict the policy measures: ``model`` an assistant message,
+    any other role a user message, its parts as blocks (see the module docstring)."""
+    ids = ids if ids is not None else _CallIds()
+    parts = getattr(content, "parts", None)
+    role = getattr(content, "role", None)
+    if parts is None and role is None:
+        raise ContextPlanError(
+            f"expected a google.genai Content, got {type(content).__name__}",
+            path=f"{path}[{index}]", code="invalid-message")
+    return {"role": "assistant" if role == "model" else "user",
+            "content": [_part_block(p, ids) for p in parts or ()]}
+
+
+def content_dicts(contents: Sequence[Any], path: str = "contents") -> list[dict[str, Any]]:
+    """The chat dicts of ``contents``, one per ``Content``, in order."""
+    ids = _CallIds()
+    return [content_dict(c, i, path, ids) for i, c in enumerate(contents)]
+
+
+def _new_part(block: Any, was: Any, types: Any) -> Any:
+    """The part for a block of a changed dict; ``was``: the original part at its place."""
+    kind = block.get("type") if isinstance(block, Mapping) else None
+    if kind == "tool_result":
+        old = getattr(was, "function_response", None)
+        text = block.get("content")
+        text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False,
+                                                              default=str)
+        if old is None:
+            return types.Part(function_response=types.FunctionResponse(response={"result": text}))
+        kept = json.dumps(old.response, ensure_ascii=False, default=str) == text
+        return types.Part(function_response=types.FunctionResponse(
+            id=old.id, name=old.name, response=old.response if kept else {"result": text}))
+    if kind == "tool_use":
+        old = getattr(was, "function_call", None)
+        return types.Part(function_call=types.FunctionCall(
+            id=old.id if old is not None else None, name=block.get("name"),
+            args=block.get("input") or {}))
+    if kind == "thinking":
+        return types.Part(text=block.get("thinking", ""), thought=True)
+    if isinstance(block, str):
+        return types.Part(text=block)
+    return types.Part(text=block.get("text", "") if isinstance(block, Mapping) else str(block))
+
+
+def content_of(d: Mapping[str, Any], original: Any, types: Any) -> Any:
+    """A new ``Content`` for a dict a compress handler changed (``original``: the content it
+    stands for) or wrote (``None``)."""
+    role = "model" if d.get("role") == "assistant" else "user"
+    body = d.get("content")
+    blocks = body if isinstance(body, list) else [body if body is not None else ""]
+    parts = list(getattr(original, "parts", None) or ())
+    return types.Content(role=role, parts=[
+        _new_part(b, parts[j] if j < len(parts) else None, types) for j, b in enumerate(blocks)])
+
+
+# ---------------------------------------------------------------------------------------------
+# The callback
+
+
+def _instructions(config: Any) -> str | None:
+    """The request's system instruction as text (``None`` when there is none)."""
+    system = getattr(config, "system_instruction", None)
+    if system is None or isinstance(system, str):
+        return system
+    parts = getattr(system, "parts", None)
+    if parts is not None:
+        return "".join(getattr(p, "text", None) or "" for p in parts)
+    return str(system)
+
+
+def request_tools(config: Any) -> str | None:
+    """The ``tools`` fragment's text of a request: its tools' declarations as JSON."""
+    tools = getattr(config, "tools", None)
+    if not tools:
+        return None
+    return tools_text([t.model_dump(mode="json", exclude_none=True)
+                       if hasattr(t, "model_dump") else t for t in tools])
+
+
+class ContextPolicyCallback:
+    """A ``before_model_callback`` that runs a context policy before every model call (see
+    :func:`context_policy_callback`). It replaces ``llm_request.contents`` with the contents
+    the policy keeps and returns ``None`` (ADK then calls the model); when a handler is a
+    coroutine function (``is_async``) it returns an awaitable, which ADK awaits.
+    ``last_report``, ``last_result`` and ``last_cut`` hold the latest call's."""
+
+    def __init__(self, policy: Any, *, counter: Any = None,
+                 handlers: Mapping[str, Callable[..., Any]] | None = None,
+                 cut: str = "stable", store: Any = None,
+                 on_report: Callable[[ContextResult], None] | None = None) -> None:
+        checked_cut(cut)
+        self.prepared = prepare_agent_policy(policy, handlers, counter)
+        self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
+        self.on_report = on_report
+        self.is_async = any(inspect.iscoroutinefunction(h)
+                            for h in self.prepared.handlers.values())
+        self.last_result: ContextResult | None = None
+        # ADK names these callbacks by __name__ in its traces.
+        self.__name__ = "context_policy_callback"
+
+    @property
+    def policy(self) -> PreparedPolicy:
+        """The policy as checked once, with its handlers and counter."""
+        return self.prepared
+
+    def __call__(self, callback_context: Any, llm_request: Any) -> Awaitable[None] | None:
+        if self.is_async:
+            return self._areduce(llm_request)
+        contents, dicts, instructions, tools = self._given(llm_request)
+        if self.stable is not None:
+            result: ContextResult = self.stable.process(
+                dicts, instructions=instructions, tools=tools, path="llm_request.contents")
+        else:
+            result = process_context(self._plan(dicts, instructions, tools), self.prepared)
+        self._finish(llm_request, contents, dicts, instructions, tools, result)
+        return None
+
+    async def _areduce(self, llm_request: Any) -> None:
+        contents, dicts, instructions, tools = self._given(llm_request)
+        if self.stable is not None:
+            result: ContextResult = await self.stable.aprocess(
+                dicts, instructions=instructions, tools=tools, path="llm_request.contents")
+        else:
+            result = await aprocess_context(self._plan(dicts, instructions, tools),
+                                            self.prepared)
+        self._finish(llm_request, contents, dicts, instructions, tools, result)
+
+    def _given(self, llm_request: Any) -> tuple[list[Any], list[dict[str, Any]], str | None,
+                                                 str | None]:
+        contents = getattr(llm_request, "contents", None)
+        if not isinstance(contents, list):
+            raise ContextPlanError(
+                f"expected a list of contents, got {type(contents).__name__}",
+                path="llm_request.contents", code="invalid-messages")
+        config = getattr(llm_request, "config", None)
+        return (contents, content_dicts(contents, "llm_request.contents"),
+                _instructions(config), request_tools(config))
+
+    @staticmethod
+    def _plan(dicts: list[dict[str, Any]], instructions: str | None, tools: str | None) -> Any:
+        return agent_plan(dicts, instructions=instructions, tools=tools,
+                          path="llm_request.contents")
+
+    def _finish(self, llm_request: Any, contents: list[Any], dicts: list[dict[str, Any]],
+                instructions: str | None, tools: str | None, result: ContextResult) -> None:
+        from google.genai import types
+
+        skip = (instructions is not None) + (tools is not None)
+        kept = result.input[skip:]
+        if isinstance(result, StableResult):
+            sources: list[int | None] = [s if s >= 0 else None for s in result.sources[skip:]]
+            unchanged = [s is not None and (kept[j] is dicts[s] or same(kept[j], dicts[s]))
+                         for j, s in enumerate(sources)]
+        else:
+            traced = origins(dicts, kept)
+            sources = [o.source if o is not None else None for o in traced]
+            unchanged = [o is not None and o.unchanged for o in traced]
+        out = [contents[s] if s is not None and as_it_was else
+               content_of(d, contents[s] if s is not None else None, types)
+               for d, s, as_it_was in zip(kept, sources, unchanged, strict=True)]
+        self.last_result = result
+        if not (len(out) == len(contents) and all(a is b for a, b in zip(out, contents,
+                                                                           strict=True))):
+            llm_request.contents = out
+        if self.on_report is not None:
+            self.on_report(result)
+
+    @property
+    def last_report(self) -> ContextReport | None:
+        """The :class:`~contextpolicy.ContextReport` of the latest call (``None`` before it)."""
+        return self.last_result.report if self.last_result is not None else None
+
+    @property
+    def last_cut(self) -> CutReport | None:
+        """What the stable cut did in the latest call (``None`` before it, or with
+        ``cut="plain"``)."""
+        result = self.last_result
+        return result.cut if isinstance(result, StableResult) else None
+
+    def __repr__(self) -> str:
+        return f"ContextPolicyCallback({self.prepared!r})"
+
+
+def context_policy_callback(
+    policy: Any, *, counter: Any = None,
+    handlers: Mapping[str, Callable[..., Any]] | None = None,
+    cut: str = "stable", store: Any = None,
+    on_report: Callable[[ContextResult], None] | None = None,
+) -> ContextPolicyCallback:
+    """A ``before_model_callback`` for an ADK ``LlmAgent`` that runs ``policy`` (a document, a
+    typed policy or a prepared one, checked once here: :class:`ContextPolicyError` with every
+    problem) before every model call. ``cut="stable"`` (the default) keeps a prompt cache's
+    prefix; ``cut="plain"`` reduces each call's whole history afresh; ``store`` keeps what a
+    stable cut cannot replay (summaries); ``on_report(result)`` sees every call's result."""
+    return ContextPolicyCallback(policy, counter=counter, handlers=handlers, cut=cut,
+                                 store=store, on_report=on_report)
