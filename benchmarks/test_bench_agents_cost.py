@@ -31,13 +31,9 @@ from tests.support.cache_agents import (  # noqa: E402
 EXAMPLES = resources.files("contextpolicy").joinpath("examples")
 
 
+
 def _best(fn, passes: int = 3) -> float:
-    best = float("inf")
-    for _ in range(passes):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return best_of(fn, passes)
 
 
 def _agent_policy():

@@ -60,14 +60,6 @@ def _run(turns: int, with_policy: bool) -> None:
             pass
 
 
-def _best(fn, passes: int) -> float:
-    best = float("inf")
-    for _ in range(passes):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
 
 @pytest.mark.parametrize("kind", ["none", "context_policy_callback"])
 def test_google_adk_per_call_overhead(benchmark, request, kind):
@@ -77,7 +69,7 @@ def test_google_adk_per_call_overhead(benchmark, request, kind):
     ratios = {}
     if with_policy:
         ratios["context_policy_callback / none (in run)"] = (
-            _best(lambda: _run(turns, True), passes) / _best(lambda: _run(turns, False), passes))
+            best_of(lambda: _run(turns, True), passes) / best_of(lambda: _run(turns, False), passes))
     benchmark.group = f"Google ADK: {2 * turns} model calls of a tool agent"
     benchmark.extra_info.update(kind=kind, calls=2 * turns, ratios=ratios)
     benchmark.pedantic(lambda: _run(turns, with_policy), rounds=3, iterations=1)

@@ -55,14 +55,6 @@ def _agent(calls: list[list[dict]], kind: str) -> None:
         litellm.completion(model="gpt-4", messages=messages, mock_response="noted")
 
 
-def _best(fn, passes: int) -> float:
-    best = float("inf")
-    for _ in range(passes):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
-
 
 @pytest.mark.parametrize("kind", ["none", "ContextPolicyMessages", "apply_policy"])
 def test_litellm_per_call_overhead(benchmark, request, kind):
@@ -71,8 +63,8 @@ def test_litellm_per_call_overhead(benchmark, request, kind):
     passes = 3 if measuring(request.config) else 1
     ratios = {}
     if kind != "none":
-        ratios[f"{kind} / none (in run)"] = (_best(lambda: _agent(calls, kind), passes)
-                                            / _best(lambda: _agent(calls, "none"), passes))
+        ratios[f"{kind} / none (in run)"] = (best_of(lambda: _agent(calls, kind), passes)
+                                            / best_of(lambda: _agent(calls, "none"), passes))
     benchmark.group = f"LiteLLM: {len(calls)} completion calls of a tool agent"
     benchmark.extra_info.update(kind=kind, calls=len(calls), ratios=ratios)
     benchmark.pedantic(lambda: _agent(calls, kind), rounds=3, iterations=1)

@@ -35,13 +35,9 @@ PASSES = 5
 EXAMPLES = resources.files("contextpolicy").joinpath("examples")
 
 
+
 def _best(fn, passes: int = PASSES) -> float:
-    best = float("inf")
-    for _ in range(passes):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return best_of(fn, passes)
 
 
 @pytest.fixture(scope="session")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from . import _kernel, _tracing
@@ -138,9 +139,14 @@ async def astream_context(
         sink=queue.append,
     )
     spans = _tracing.active()
-    items = drive_async(run, queue)
-    async for item in (items if spans is None else spans.stream(items, policy)):
-        yield item
+    if spans is None:
+        async for item in drive_async(run, queue):
+            yield item
+        return
+    # Closed with the caller's stream, so that its span ends when the caller stops reading.
+    async with aclosing(spans.stream(drive_async(run, queue), policy)) as items:
+        async for item in items:
+            yield item
 
 
 async def aprocess_context(

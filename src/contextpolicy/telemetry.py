@@ -26,7 +26,8 @@ figures are not even read. Tracing off costs a call one attribute load.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 from . import _tracing
@@ -169,47 +170,56 @@ class _Spans:
         return self.tracer.start_as_current_span(
             SCOPE, record_exception=False, set_status_on_exception=False)
 
-    def call(self, fn: Callable[..., Any], policy: Any, *args: Any, **kwargs: Any) -> Any:
-        """``fn(*args, **kwargs)`` inside a span; the calls it makes make none."""
+    @contextmanager
+    def _spanned(self, policy: Any) -> Iterator[Any]:
+        """A current span for one call, its error recorded; the calls made inside it quiet."""
         token = _tracing.QUIET.set(True)
         try:
             with self._start() as span:
                 try:
-                    result = fn(*args, **kwargs)
+                    yield span
                 except BaseException as exc:
                     if span.is_recording():
                         _failed(span, exc, policy)
                     raise
-                if span.is_recording():
-                    _set_result(span, result)
-                return result
         finally:
             _tracing.QUIET.reset(token)
+
+    def call(self, fn: Callable[..., Any], policy: Any, *args: Any, **kwargs: Any) -> Any:
+        """``fn(*args, **kwargs)`` inside a span; the calls it makes make none."""
+        with self._spanned(policy) as span:
+            result = fn(*args, **kwargs)
+            if span.is_recording():
+                _set_result(span, result)
+            return result
 
     async def acall(self, fn: Callable[..., Any], policy: Any, *args: Any,
                     **kwargs: Any) -> Any:
         """:meth:`call` of a coroutine function."""
-        token = _tracing.QUIET.set(True)
-        try:
-            with self._start() as span:
-                try:
-                    result = await fn(*args, **kwargs)
-                except BaseException as exc:
-                    if span.is_recording():
-                        _failed(span, exc, policy)
-                    raise
-                if span.is_recording():
-                    _set_result(span, result)
-                return result
-        finally:
-            _tracing.QUIET.reset(token)
+        with self._spanned(policy) as span:
+            result = await fn(*args, **kwargs)
+            if span.is_recording():
+                _set_result(span, result)
+            return result
 
     async def stream(self, items: AsyncIterator[Any], policy: Any) -> AsyncIterator[Any]:
-        """The items of a stream (events, then the result) inside a span. The span is not
-        made current: the caller's code runs between the items."""
+        """The items of a stream (events, then the result) inside a span. The span is current,
+        and the calls made inside it quiet, only while the stream works, never while the
+        caller's code runs between the items."""
+        from opentelemetry import trace
+
         span = self.tracer.start_span(SCOPE)
         try:
-            async for item in items:
+            while True:
+                token = _tracing.QUIET.set(True)
+                try:
+                    with trace.use_span(span, end_on_exit=False, record_exception=False,
+                                        set_status_on_exception=False):
+                        item = await items.__anext__()
+                except StopAsyncIteration:
+                    break
+                finally:
+                    _tracing.QUIET.reset(token)
                 if span.is_recording() and hasattr(item, "report"):
                     _set_result(span, item)
                 yield item

@@ -195,3 +195,40 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ContextPlanError) as info:
         keep(None, LlmRequest.model_construct(contents=[types.Content(role="user"), 42]))
     assert info.value.issues[0].path == "llm_request.contents[1]"
+
+
+def test_a_changed_content_keeps_its_other_parts_and_their_signatures():
+    policy = {"mode": "reduce", "triggerChars": 500, "steps": [
+        {"id": "clear", "kind": "compress", "fragmentId": "history", "targetChars": 100,
+         "handlerId": "clear"}]}
+    signature = b"SIGNATURE"
+    image = types.Blob(mime_type="image/png", data=b"\x89PNG....")
+    contents = []
+    for i in range(3):
+        contents += [
+            types.Content(role="user", parts=[types.Part(text=f"look up {i}")]),
+            types.Content(role="model", parts=[
+                types.Part(text="thinking...", thought=True, thought_signature=signature),
+                types.Part(function_call=types.FunctionCall(name="lookup", args={"q": "x" * 50}),
+                           thought_signature=signature)]),
+            types.Content(role="user", parts=[
+                types.Part(function_response=types.FunctionResponse(
+                    name="lookup", response={"r": "depot " * 100})),
+                types.Part(inline_data=image)]),
+            types.Content(role="model", parts=[types.Part(text=f"answer {i}")])]
+    contents.append(types.Content(role="user", parts=[types.Part(text="and now?")]))
+    given = copy.deepcopy(contents)
+    request = LlmRequest(contents=list(contents))
+    keep = context_policy_callback(policy, handlers={
+        "clear": clear_tool_results(keep=1, clear_inputs=True)}, cut="plain")
+    keep(None, request)
+    assert contents == given  # ADK's own contents untouched
+    call, result = request.contents[1], request.contents[2]
+    assert call is not contents[1] and result is not contents[2]  # both changed
+    assert call.parts[0] is contents[1].parts[0]  # the thought, as it was
+    assert call.parts[1].thought_signature == signature
+    assert call.parts[1].function_call.args != contents[1].parts[1].function_call.args
+    assert result.parts[1] is contents[2].parts[1]  # the image, as it was
+    assert result.parts[0].function_response.name == "lookup"
+    assert "depot" not in str(result.parts[0].function_response.response)
+    assert request.contents[-4:] == contents[-4:]  # the newest exchange kept whole

@@ -1088,3 +1088,24 @@ def test_a_missing_sdk_names_the_extra(monkeypatch: pytest.MonkeyPatch):
         context_policy_input_filter(trim(0))
     with pytest.raises(ImportError, match=r"contextpolicy\[openai-agents\]"):
         ContextPolicySession(object(), trim(0))
+
+
+def test_the_tools_fragment_holds_what_the_model_is_offered():
+    from agents import WebSearchTool, handoff
+
+    from contextpolicy.adapters.openai_agents import agent_tools
+
+    @function_tool(is_enabled=False)
+    def hidden(y: int) -> str:
+        """Never offered."""
+        return "y"
+
+    billing = Agent(name="Billing agent", handoff_description="billing")
+    agent = Agent(name="a", tools=[lookup, hidden, WebSearchTool()],
+                  handoffs=[billing, handoff(Agent(name="c"))])
+    schemas = json.loads(agent_tools(agent))
+    assert [s["name"] if s["type"] == "function" else s["type"] for s in schemas] == [
+        "lookup", "web_search", "transfer_to_billing_agent", "transfer_to_c"]
+    assert schemas[0]["parameters"] == lookup.params_json_schema
+    assert schemas[2]["description"] == handoff(billing).tool_description
+    assert agent_tools(Agent(name="bare")) is None

@@ -256,3 +256,33 @@ def test_the_core_never_imports_opentelemetry():
             " {'mode': 'validate'})\n"
             "assert not [m for m in sys.modules if m.startswith('opentelemetry')]\n")
     subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_a_streamed_call_is_one_span_and_ends_when_the_caller_stops_reading(spans):
+    from contextpolicy import _tracing
+
+    def summarise(request):
+        process_context(ContextPlan.from_messages([{"role": "user", "content": "x"}]),
+                        {"mode": "validate"})
+        return "short"
+
+    policy = {"mode": "reduce", "triggerChars": 10, "steps": [
+        {"id": "squeeze", "kind": "compress", "fragmentId": "history", "handlerId": "sum",
+         "targetChars": 5}]}
+    plan = ContextPlan.from_messages(_chat())
+    quiet_between = []
+
+    async def read_all():
+        async for _ in astream_context(plan, policy, handlers={"sum": summarise}):
+            quiet_between.append(_tracing.QUIET.get())
+
+    async def read_one():
+        stream = astream_context(plan, POLICY)
+        await stream.__anext__()
+        await stream.aclose()
+
+    asyncio.run(read_all())
+    (span,) = spans.get_finished_spans()  # the handler's own run made none
+    assert span.name == "contextpolicy reduce" and not any(quiet_between)
+    asyncio.run(read_one())
+    assert len(spans.get_finished_spans()) == 2  # ended at aclose, not at collection

@@ -17,10 +17,10 @@ from ..content import same
 from ._returned import origins
 
 if TYPE_CHECKING:
-    from ..report import ContextResult
-    from ..stable import StableResult
+    from ..report import ContextReport, ContextResult
+    from ..stable import CutReport, StableResult
 
-__all__ = ["as_items", "kept_items", "traced_items"]
+__all__ = ["LastResult", "as_items", "kept_items", "traced_items"]
 
 
 def as_items(items: Sequence[Any]) -> tuple[list[Any], dict[int, Any]]:
@@ -72,3 +72,21 @@ def kept_items(result: ContextResult, skip: int, messages: list[Any],
             item = messages[origin.source]
         out.append(back.get(id(item), item))
     return out
+
+
+class LastResult:
+    """The latest call's result, as every adapter shows it: ``last_result``, its report and
+    what the stable cut did."""
+
+    last_result: ContextResult | None = None
+
+    @property
+    def last_report(self) -> ContextReport | None:
+        """The :class:`~contextpolicy.ContextReport` of the latest call (``None`` before it)."""
+        return self.last_result.report if self.last_result is not None else None
+
+    @property
+    def last_cut(self) -> CutReport | None:
+        """What the stable cut did in the latest call (``None`` before it, or with
+        ``cut="plain"``)."""
+        return getattr(self.last_result, "cut", None)

@@ -39,13 +39,14 @@ from typing import TYPE_CHECKING, Any
 from ..content import same
 from ..core import aprocess_context, process_context
 from ..errors import ContextPlanError
-from ..stable import CutReport, StableCut, StableResult, checked_cut
+from ..stable import StableCut, StableResult, checked_cut
 from ._agent import agent_plan, prepare_agent_policy, tools_text
+from ._items import LastResult
 from ._returned import origins
 
 if TYPE_CHECKING:
     from ..prepared import PreparedPolicy
-    from ..report import ContextReport, ContextResult
+    from ..report import ContextResult
 
 __all__ = ["ContextPolicyCallback", "content_dicts", "context_policy_callback"]
 
@@ -120,39 +121,60 @@ def content_dicts(contents: Sequence[Any], path: str = "contents") -> list[dict[
 
 
 def _new_part(block: Any, was: Any, types: Any) -> Any:
-    """The part for a block of a changed dict; ``was``: the original part at its place."""
+    """The part for a changed block; ``was``: the original part at its place (``None``: the
+    handler wrote it). A changed part is the original with that change, so its other fields
+    (a thought signature, metadata) survive."""
     kind = block.get("type") if isinstance(block, Mapping) else None
     if kind == "tool_result":
-        old = getattr(was, "function_response", None)
         text = block.get("content")
         text = text if isinstance(text, str) else json.dumps(text, ensure_ascii=False,
                                                               default=str)
+        old = getattr(was, "function_response", None)
         if old is None:
             return types.Part(function_response=types.FunctionResponse(response={"result": text}))
-        kept = json.dumps(old.response, ensure_ascii=False, default=str) == text
-        return types.Part(function_response=types.FunctionResponse(
-            id=old.id, name=old.name, response=old.response if kept else {"result": text}))
+        if json.dumps(old.response, ensure_ascii=False, default=str) == text:
+            return was
+        return was.model_copy(update={"function_response": old.model_copy(
+            update={"response": {"result": text}})})
     if kind == "tool_use":
         old = getattr(was, "function_call", None)
-        return types.Part(function_call=types.FunctionCall(
-            id=old.id if old is not None else None, name=block.get("name"),
-            args=block.get("input") or {}))
+        args = dict(block.get("input") or {})
+        if old is None:
+            return types.Part(function_call=types.FunctionCall(name=block.get("name"),
+                                                               args=args))
+        return was.model_copy(update={"function_call": old.model_copy(update={"args": args})})
+    if kind == "file" and was is not None:
+        return was  # an opaque part: nothing of it was measured, nothing of it changes
     if kind == "thinking":
-        return types.Part(text=block.get("thinking", ""), thought=True)
-    if isinstance(block, str):
-        return types.Part(text=block)
-    return types.Part(text=block.get("text", "") if isinstance(block, Mapping) else str(block))
+        text, thought = block.get("thinking", ""), True
+    else:
+        text = block if isinstance(block, str) else (
+            block.get("text", "") if isinstance(block, Mapping) else str(block))
+        thought = None
+    if was is not None and getattr(was, "text", None) is not None:
+        return was.model_copy(update={"text": text})
+    return types.Part(text=text, thought=thought)
 
 
-def content_of(d: Mapping[str, Any], original: Any, types: Any) -> Any:
+def content_of(d: Mapping[str, Any], original: Any, given: Mapping[str, Any] | None,
+               types: Any) -> Any:
     """A new ``Content`` for a dict a compress handler changed (``original``: the content it
-    stands for) or wrote (``None``)."""
+    stands for, ``given``: its dict) or wrote (both ``None``): each block as it was is the
+    original part itself, a changed one the original part with the change."""
     role = "model" if d.get("role") == "assistant" else "user"
     body = d.get("content")
     blocks = body if isinstance(body, list) else [body if body is not None else ""]
     parts = list(getattr(original, "parts", None) or ())
-    return types.Content(role=role, parts=[
-        _new_part(b, parts[j] if j < len(parts) else None, types) for j, b in enumerate(blocks)])
+    before = given.get("content") if given is not None else None
+    before = before if isinstance(before, list) else []
+    out = []
+    for j, block in enumerate(blocks):
+        was = parts[j] if j < len(parts) else None
+        if was is not None and j < len(before) and same(block, before[j]):
+            out.append(was)
+        else:
+            out.append(_new_part(block, was, types))
+    return types.Content(role=role, parts=out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,14 +182,21 @@ def content_of(d: Mapping[str, Any], original: Any, types: Any) -> Any:
 
 
 def _instructions(config: Any) -> str | None:
-    """The request's system instruction as text (``None`` when there is none)."""
+    """The request's system instruction as text (``None`` when there is none): a string, a
+    ``Content`` or ``Part`` (their texts), or a list of those, joined."""
     system = getattr(config, "system_instruction", None)
     if system is None or isinstance(system, str):
         return system
-    parts = getattr(system, "parts", None)
-    if parts is not None:
-        return "".join(getattr(p, "text", None) or "" for p in parts)
-    return str(system)
+    items = system if isinstance(system, list) else [system]
+    texts = []
+    for item in items:
+        if isinstance(item, str):
+            texts.append(item)
+        elif getattr(item, "parts", None) is not None:
+            texts += [getattr(p, "text", None) or "" for p in item.parts]
+        else:
+            texts.append(getattr(item, "text", None) or "")
+    return "".join(texts)
 
 
 def request_tools(config: Any) -> str | None:
@@ -179,7 +208,7 @@ def request_tools(config: Any) -> str | None:
                        if hasattr(t, "model_dump") else t for t in tools])
 
 
-class ContextPolicyCallback:
+class ContextPolicyCallback(LastResult):
     """A ``before_model_callback`` that runs a context policy before every model call (see
     :func:`context_policy_callback`). It replaces ``llm_request.contents`` with the contents
     the policy keeps and returns ``None`` (ADK then calls the model); when a handler is a
@@ -194,8 +223,10 @@ class ContextPolicyCallback:
         self.prepared = prepare_agent_policy(policy, handlers, counter)
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.on_report = on_report
-        self.is_async = any(inspect.iscoroutinefunction(h)
-                            for h in self.prepared.handlers.values())
+        self.is_async = any(
+            inspect.iscoroutinefunction(h) or inspect.iscoroutinefunction(
+                getattr(h, "__call__", None))  # noqa: B004 - a callable object's async __call__
+            for h in self.prepared.handlers.values())
         self.last_result: ContextResult | None = None
         # ADK names these callbacks by __name__ in its traces.
         self.__name__ = "context_policy_callback"
@@ -258,7 +289,8 @@ class ContextPolicyCallback:
             sources = [o.source if o is not None else None for o in traced]
             unchanged = [o is not None and o.unchanged for o in traced]
         out = [contents[s] if s is not None and as_it_was else
-               content_of(d, contents[s] if s is not None else None, types)
+               content_of(d, contents[s] if s is not None else None,
+                          dicts[s] if s is not None else None, types)
                for d, s, as_it_was in zip(kept, sources, unchanged, strict=True)]
         self.last_result = result
         if not (len(out) == len(contents) and all(a is b for a, b in zip(out, contents,
@@ -266,18 +298,6 @@ class ContextPolicyCallback:
             llm_request.contents = out
         if self.on_report is not None:
             self.on_report(result)
-
-    @property
-    def last_report(self) -> ContextReport | None:
-        """The :class:`~contextpolicy.ContextReport` of the latest call (``None`` before it)."""
-        return self.last_result.report if self.last_result is not None else None
-
-    @property
-    def last_cut(self) -> CutReport | None:
-        """What the stable cut did in the latest call (``None`` before it, or with
-        ``cut="plain"``)."""
-        result = self.last_result
-        return result.cut if isinstance(result, StableResult) else None
 
     def __repr__(self) -> str:
         return f"ContextPolicyCallback({self.prepared!r})"

@@ -32,9 +32,9 @@ from typing import TYPE_CHECKING, Any
 from ..core import aprocess_context, process_context
 from ..counters._base import checked_count, exact_text, import_extra
 from ..errors import ContextPlanError
-from ..stable import CutReport, StableCut, StableResult, checked_cut
+from ..stable import CutReport, StableCut, checked_cut
 from ._agent import agent_plan, prepare_agent_policy, tools_text
-from ._items import as_items, kept_items, traced_items
+from ._items import LastResult, as_items, kept_items, traced_items
 
 if TYPE_CHECKING:
     from ..prepared import PreparedPolicy
@@ -48,8 +48,10 @@ __all__ = [
     "litellm_token_counter",
 ]
 
-# The proxy's call types whose data carry chat messages.
-CHAT_CALL_TYPES = frozenset({"completion", "acompletion", "anthropic_messages", "responses"})
+# The proxy's call types whose data carry OpenAI chat messages, the system prompt among them
+# (Anthropic's /v1/messages keeps it apart, and the Responses API sends ``input``: neither is
+# reduced here).
+CHAT_CALL_TYPES = frozenset({"completion", "acompletion"})
 _TIKTOKEN_EXACT = "cl100k_base"  # the encoding LiteLLM falls back to
 
 
@@ -66,7 +68,7 @@ def _messages(messages: Any, path: str) -> list[Any]:
     return list(messages)
 
 
-class ContextPolicyMessages:
+class ContextPolicyMessages(LastResult):
     """A policy applied to the messages of every ``litellm.completion`` call::
 
         keep = ContextPolicyMessages(policy)
@@ -128,31 +130,19 @@ class ContextPolicyMessages:
         self.last_result = result
         return kept_items(result, skip, items, back)
 
-    @property
-    def last_report(self) -> ContextReport | None:
-        """The :class:`~contextpolicy.ContextReport` of the latest call (``None`` before it)."""
-        return self.last_result.report if self.last_result is not None else None
-
-    @property
-    def last_cut(self) -> CutReport | None:
-        """What the stable cut did in the latest call (``None`` before it, or with
-        ``cut="plain"``)."""
-        result = self.last_result
-        return result.cut if isinstance(result, StableResult) else None
-
     def __repr__(self) -> str:
         return f"ContextPolicyMessages({self.prepared!r})"
 
 
-def apply_policy(messages: Sequence[Any], policy: Any, *, counter: Any = None,
-                 handlers: Mapping[str, Callable[..., Any]] | None = None,
+def apply_policy(messages: Sequence[Any], policy: Any, *, tools: Sequence[Any] | None = None,
+                 counter: Any = None, handlers: Mapping[str, Callable[..., Any]] | None = None,
                  cut: str = "stable", store: Any = None) -> list[Any]:
     """The messages ``policy`` keeps of ``messages``, for one call (see
     :class:`ContextPolicyMessages`, which checks the policy once for many). The stable cut
     gives the same result with or without its memo: called afresh on each call of an agent, it
     still keeps a prompt cache's prefix."""
     return ContextPolicyMessages(policy, counter=counter, handlers=handlers, cut=cut,
-                                 store=store)(messages)
+                                 store=store)(messages, tools=tools)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -224,9 +214,10 @@ def context_policy_hook(policy: Any, *, counter: Any = None,
                         on_report: Callable[[ContextResult, dict[str, Any]], None] | None = None,
                         ) -> Any:
     """A LiteLLM ``CustomLogger`` whose ``async_pre_call_hook`` applies ``policy`` to the
-    ``messages`` of every chat request a proxy serves (call types ``completion``,
-    ``acompletion``, ``anthropic_messages``, ``responses`` with a ``messages`` list); other
-    requests pass as they came. ``on_report(result, data)`` sees each call's result. In the
+    ``messages`` of every chat completion request a proxy serves (call types ``completion``
+    and ``acompletion`` with a ``messages`` list, the request's ``tools`` counted); other
+    requests, Anthropic's ``/v1/messages`` and the Responses API among them, pass as they
+    came. ``on_report(result, data)`` sees each call's result. In the
     proxy's ``config.yaml``::
 
         litellm_settings:

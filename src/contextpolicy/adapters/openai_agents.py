@@ -116,15 +116,24 @@ def _tool_schema(tool: Any) -> dict[str, Any]:
 
 
 def agent_tools(agent: Any) -> str | None:
-    """The ``tools`` fragment's text for an SDK agent: the schemas of its tools
-    (``agent.tools``, in order), and of its handoffs, which the model is offered as tools."""
-    schemas = [_tool_schema(t) for t in (getattr(agent, "tools", None) or ())]
-    for handoff in getattr(agent, "handoffs", None) or ():
-        name = getattr(handoff, "tool_name", None) or getattr(handoff, "name", None)
-        schemas.append({"type": "function", "name": name,
-                        "description": getattr(handoff, "tool_description", None)
-                        or getattr(handoff, "handoff_description", None),
-                        "parameters": getattr(handoff, "input_json_schema", None) or {}})
+    """The ``tools`` fragment's text for an SDK agent: the schemas of its tools (``agent.tools``,
+    in order; a tool whose ``is_enabled`` is ``False`` is not sent, and one whose ``is_enabled``
+    is a function of the run is counted) and of its handoffs, which the model is offered as
+    ``transfer_to_...`` tools. Tools of MCP servers, listed only during a run, are not
+    counted."""
+    schemas = [_tool_schema(t) for t in (getattr(agent, "tools", None) or ())
+               if getattr(t, "is_enabled", True) is not False]
+    handoffs = getattr(agent, "handoffs", None) or ()
+    if handoffs:
+        from agents import Handoff, handoff
+
+        for item in handoffs:
+            h = item if isinstance(item, Handoff) else handoff(item)
+            if getattr(h, "is_enabled", True) is False:
+                continue
+            schemas.append({"type": "function", "name": h.tool_name,
+                            "description": h.tool_description,
+                            "parameters": h.input_json_schema or {}})
     return tools_text(schemas)
 
 
