@@ -10,7 +10,6 @@ with the variant's middleware."""
 from __future__ import annotations
 
 import json
-import time
 from importlib import resources
 
 import pytest
@@ -28,8 +27,9 @@ from tests.support.cache_agents import (  # noqa: E402
     openai_agents_run,
 )
 
-EXAMPLES = resources.files("contextpolicy").joinpath("examples")
+from .conftest import best_of  # noqa: E402
 
+EXAMPLES = resources.files("contextpolicy").joinpath("examples")
 
 
 def _best(fn, passes: int = 3) -> float:

@@ -11,7 +11,6 @@ policy's part in it.
 from __future__ import annotations
 
 import asyncio
-import time
 
 import pytest
 
@@ -25,7 +24,7 @@ from google.genai import types  # noqa: E402
 
 from contextpolicy.adapters.google_adk import context_policy_callback  # noqa: E402
 
-from .conftest import measuring  # noqa: E402
+from .conftest import best_of, measuring  # noqa: E402
 
 POLICY = {"mode": "reduce", "triggerChars": 60_000, "targetInputChars": 30_000, "steps": [
     {"id": "recent", "kind": "trim", "fragmentId": "history", "targetChars": 30_000,

@@ -12,7 +12,6 @@ fastest of a few passes of each, timed one after the other in the same run.
 from __future__ import annotations
 
 import os
-import time
 
 import pytest
 
@@ -25,7 +24,7 @@ import litellm  # noqa: E402
 from contextpolicy.adapters.litellm import ContextPolicyMessages, apply_policy  # noqa: E402
 from tests.support.replays import tool_session  # noqa: E402
 
-from .conftest import measuring  # noqa: E402
+from .conftest import best_of, measuring  # noqa: E402
 
 SYSTEM = {"role": "system", "content": "You are a shipping agent. Use the tools."}
 POLICY = {"mode": "reduce", "triggerChars": 60_000, "targetInputChars": 30_000, "steps": [

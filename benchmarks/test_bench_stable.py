@@ -15,7 +15,6 @@
 from __future__ import annotations
 
 import json
-import time
 from importlib import resources
 
 import pytest
@@ -29,7 +28,7 @@ from contextpolicy.synthetic import agent_trace_corpus
 from tests.support.cache_agents import TRIGGER, TRIM_POLICY
 from tests.support.replays import persisted, tool_session
 
-from .conftest import cached, measuring
+from .conftest import best_of, cached, measuring
 
 PASSES = 5
 EXAMPLES = resources.files("contextpolicy").joinpath("examples")
