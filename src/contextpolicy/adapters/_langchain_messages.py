@@ -403,11 +403,29 @@ def _tool_use_ids(content: Any) -> set[Any]:
             if isinstance(part, dict) and part.get("type") == TOOL_USE_PART}
 
 
-def request_tools(tools: Sequence[Any] | None) -> str | None:
+def request_tools(tools: Sequence[Any] | None,
+                  known: dict[int, tuple[Any, Any]] | None = None) -> str | None:
     """The ``tools`` fragment's text of a model request's tools: each ``BaseTool`` (or function)
-    as the OpenAI tool schema LangChain binds it as, a provider's own tool dict as it is."""
+    as the OpenAI tool schema LangChain binds it as, a provider's own tool dict as it is.
+    ``known`` keeps each tool object's schema (by identity) for the next call."""
     from langchain_core.utils.function_calling import convert_to_openai_tool
 
     if not tools:
         return None
-    return tools_text([t if isinstance(t, Mapping) else convert_to_openai_tool(t) for t in tools])
+    schemas = []
+    for tool in tools:
+        if isinstance(tool, Mapping):  # a dict may change between calls: read it each time
+            schemas.append(tool)
+            continue
+        hit = known.get(id(tool)) if known is not None else None
+        if hit is None or hit[0] is not tool:
+            hit = (tool, convert_to_openai_tool(tool))
+            if known is not None:
+                if len(known) >= _KNOWN_TOOLS:
+                    known.clear()
+                known[id(tool)] = hit
+        schemas.append(hit[1])
+    return tools_text(schemas)
+
+
+_KNOWN_TOOLS = 256

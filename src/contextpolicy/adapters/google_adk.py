@@ -31,7 +31,6 @@ objects it is given.
 
 from __future__ import annotations
 
-import inspect
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
@@ -39,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 from ..content import same
 from ..core import aprocess_context, process_context
 from ..errors import ContextPlanError
+from ..prepared import is_async_callable
 from ..stable import StableCut, StableResult, checked_cut
 from ._agent import agent_plan, prepare_agent_policy, tools_text
 from ._items import LastResult
@@ -223,10 +223,7 @@ class ContextPolicyCallback(LastResult):
         self.prepared = prepare_agent_policy(policy, handlers, counter)
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.on_report = on_report
-        self.is_async = any(
-            inspect.iscoroutinefunction(h) or inspect.iscoroutinefunction(
-                getattr(h, "__call__", None))  # noqa: B004 - a callable object's async __call__
-            for h in self.prepared.handlers.values())
+        self.is_async = any(is_async_callable(h) for h in self.prepared.handlers.values())
         self.last_result: ContextResult | None = None
         # ADK names these callbacks by __name__ in its traces.
         self.__name__ = "context_policy_callback"

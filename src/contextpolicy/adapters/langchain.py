@@ -154,6 +154,9 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self._prepared: PreparedPolicy = prepare_agent_policy(policy, handlers, counter)
         self._last: ContextResult | None = None
         self.cut = cut
+        # Each tool's schema, converted once (LangChain builds it from the tool's pydantic
+        # model: some 70 us a tool, on every model call otherwise).
+        self._tool_schemas: dict[int, tuple[Any, Any]] = {}
         # A persisted reduction is stable by itself: the state it writes is the next call's.
         self._stable = StableCut(self._prepared, store=store) if (
             mode == "ephemeral" and cut == "stable") else None
@@ -212,10 +215,10 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]
     ) -> Any:
         if self._stable is None:
-            kept = self._run(_request_split(request))
+            kept = self._run(_request_split(request, self._tool_schemas))
         else:
             dicts, apart = _request_dicts(request)
-            tools = request_tools(request.tools)
+            tools = request_tools(request.tools, self._tool_schemas)
             result = self._stable.process(dicts, lead=[apart] if apart is not None else (),
                                           on_event=self.on_event, cancel=self.cancel,
                                           path="request.messages", tools=tools)
@@ -226,10 +229,10 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
     ) -> Any:
         if self._stable is None:
-            kept = await self._arun(_request_split(request))
+            kept = await self._arun(_request_split(request, self._tool_schemas))
         else:
             dicts, apart = _request_dicts(request)
-            tools = request_tools(request.tools)
+            tools = request_tools(request.tools, self._tool_schemas)
             result = await self._stable.aprocess(
                 dicts, lead=[apart] if apart is not None else (), on_event=self.on_event,
                 cancel=self.cancel, path="request.messages", tools=tools)
@@ -260,9 +263,9 @@ def _request_system(request: ModelRequest[Any]) -> SystemMessage | None:
     return system
 
 
-def _request_split(request: ModelRequest[Any]) -> Split:
+def _request_split(request: ModelRequest[Any], known: dict[int, tuple[Any, Any]]) -> Split:
     return split_messages(request.messages, _request_system(request), "request.messages",
-                          request_tools(request.tools))
+                          request_tools(request.tools, known))
 
 
 def _request_dicts(request: ModelRequest[Any]) -> tuple[list[dict[str, Any]],

@@ -58,9 +58,10 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ..core import aprocess_context, process_context
-from ..stable import CutReport, StableCut, StableResult, checked_cut
+from ..prepared import is_async_callable
+from ..stable import CutReport, StableCut, checked_cut
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy, tools_text
-from ._items import as_items, kept_items, traced_items
+from ._items import LastResult, as_items, kept_items, traced_items
 
 if TYPE_CHECKING:
     from agents.run_config import CallModelData, ModelInputData
@@ -90,12 +91,6 @@ def _model_input_data_type() -> type[ModelInputData]:
                 "contextpolicy.adapters.openai_agents needs the OpenAI Agents SDK: " + _EXTRA
             ) from exc
     return ModelInputData
-
-
-def _is_coroutine_function(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    )
 
 
 def _plan(instructions: str | None, messages: list[Any], question: bool,
@@ -137,7 +132,7 @@ def agent_tools(agent: Any) -> str | None:
     return tools_text(schemas)
 
 
-class _Reducer:
+class _Reducer(LastResult):
     """A prepared policy and the last result it gave: the part the filter and the session
     share."""
 
@@ -147,7 +142,7 @@ class _Reducer:
         checked_cut(cut)
         self.model_input_data = _model_input_data_type()
         self.prepared = prepare_agent_policy(policy, handlers, counter)
-        self.is_async = any(_is_coroutine_function(h) for h in self.prepared.handlers.values())
+        self.is_async = any(is_async_callable(h) for h in self.prepared.handlers.values())
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.last_result: ContextResult | None = None
 
@@ -179,15 +174,6 @@ class _Reducer:
                                         self.prepared)
         self.last_result = result
         return kept_items(result, skip, messages, back)
-
-    @property
-    def last_report(self) -> ContextReport | None:
-        return self.last_result.report if self.last_result is not None else None
-
-    @property
-    def last_cut(self) -> CutReport | None:
-        result = self.last_result
-        return result.cut if isinstance(result, StableResult) else None
 
 
 class _Reports:

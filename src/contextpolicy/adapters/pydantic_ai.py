@@ -39,7 +39,6 @@ Importing this module imports Pydantic AI, and says which extra to install when 
 
 from __future__ import annotations
 
-import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, overload
 
@@ -56,6 +55,7 @@ except ImportError as exc:  # pragma: no cover - exercised without the extra ins
 from ..content import same
 from ..core import aprocess_context, process_context
 from ..errors import ContextPlanError
+from ..prepared import is_async_callable
 from ..stable import CutReport, StableCut, StableResult, checked_cut
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy, tools_text
 from ._pydantic_ai_messages import Dicts, chat_dicts
@@ -120,12 +120,6 @@ def run_tools(ctx: RunContext[Any] | None) -> str | None:
     return tools_text([_tool_schema(t) for t in defs])
 
 
-def _is_coroutine_function(fn: Any) -> bool:
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
-    )
-
-
 class _Reducer:
     """A prepared policy, how it is applied (cut, events, cancellation) and its last result:
     what the processor and the capability share."""
@@ -135,7 +129,7 @@ class _Reducer:
                  on_event: Callable[[ContextEvent], None] | None, cancel: Any) -> None:
         checked_cut(cut)
         self.prepared = prepare_agent_policy(policy, handlers, counter)
-        self.is_async = any(_is_coroutine_function(h) for h in self.prepared.handlers.values())
+        self.is_async = any(is_async_callable(h) for h in self.prepared.handlers.values())
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.on_report, self.on_event, self.cancel = on_report, on_event, cancel
         self.last_result: ContextResult | None = None
