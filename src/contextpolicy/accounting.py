@@ -24,6 +24,7 @@ __all__ = [
     "FragmentMeasure",
     "TokenCounter",
     "as_counter",
+    "input_count",
     "input_tokens",
     "measure_fragment",
     "measure_messages",
@@ -44,7 +45,8 @@ class TokenCounter:
     ``exact`` its own ``exact`` (``None`` when it does not say).
     """
 
-    __slots__ = ("_count_messages", "_count_text", "_count_texts", "exact", "name", "source")
+    __slots__ = ("_count_input", "_count_messages", "_count_text", "_count_texts", "exact", "name",
+                 "source")
 
     def __init__(self, counter: Callable[[str], int] | TextCounter | TokenCounter) -> None:
         if isinstance(counter, TokenCounter):
@@ -65,6 +67,9 @@ class TokenCounter:
         self._count_messages = count_messages if callable(count_messages) else None
         count_texts = getattr(counter, "count_texts", None)
         self._count_texts = count_texts if callable(count_texts) else None
+        count_input = getattr(counter, "count_input", None)
+        self._count_input = (count_input if callable(count_input)
+                             and self._count_messages is not None else None)
         name = getattr(counter, "name", None)
         if not isinstance(name, str) or not name:
             name = getattr(counter, "__qualname__", None) or type(counter).__qualname__
@@ -104,6 +109,25 @@ class TokenCounter:
             # A copy: whatever the counter does to its argument, the caller's messages stay.
             return self._checked(self._count_messages(plain_copy(messages)), "count_messages")
         return int(self.message_tokens(messages, fragment_id).sum())
+
+    def count_input(self, messages: list[dict[str, Any]]) -> tuple[int, bool, int | None]:
+        """Tokens of an assembled model input, whether the figure is measured, and the part of it
+        a provider reported: a counter's own ``count_input`` (:func:`~contextpolicy.counters.
+        usage_anchored`) says so per figure; any other counter's figure is exact when the
+        counter says it is (``exact``), and none of it is reported."""
+        if self._count_input is None:
+            return self.count_messages(messages), self.exact is True, None
+        figure = self._count_input(plain_copy(messages))
+        if not isinstance(figure, tuple) or tuple.__len__(figure) != 3:
+            raise ContextPolicyError(
+                f"count_input returned {type(figure).__name__}; expected (tokens, exact, "
+                f"reported)", path="counter", code="invalid-counter-result",
+            )
+        tokens, exact, reported = tuple.__iter__(figure)
+        tokens = self._checked(tokens, "count_input")
+        if reported is not None:
+            reported = self._checked(reported, "count_input")
+        return tokens, exact is True, reported
 
     def count_pieces(self, pieces: list[str]) -> list[int]:
         """Tokens of each text piece: one ``count_texts`` call when the counter has it (a
@@ -253,6 +277,17 @@ def input_tokens(fragments: Sequence[Fragment], measures: Sequence[FragmentMeasu
     if counter.counts_messages:
         return counter.count_messages(assemble(fragments))
     return sum_tokens(m.tokens for m in measures)
+
+
+def input_count(fragments: Sequence[Fragment], measures: Sequence[FragmentMeasure],
+                counter: TokenCounter | None) -> tuple[int | None, bool | None, int | None]:
+    """:func:`input_tokens`, with whether the figure is measured and the part of it a provider
+    reported (:meth:`TokenCounter.count_input`); ``(None, None, None)`` without a counter."""
+    if counter is None:
+        return None, None, None
+    if counter.counts_messages:
+        return counter.count_input(assemble(fragments))
+    return sum_tokens(m.tokens for m in measures), counter.exact is True, None
 
 
 def sum_tokens(values: Iterable[int | None]) -> int | None:

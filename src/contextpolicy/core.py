@@ -223,9 +223,14 @@ def check_input_budget(
             path="result_or_input", code="invalid-input",
         )
     messages: list[dict[str, Any]] = source if isinstance(source, list) else list(source)
-    m = measure_messages(messages, tc)
-    usage = Usage(chars=m.chars, tokens=m.tokens, messages=m.messages, fragments=0,
-                  opaque_parts=m.opaque_parts)
+    if tc is not None and tc.counts_messages:
+        m = measure_messages(messages)
+        tokens, exact, reported = tc.count_input(messages)
+    else:
+        m = measure_messages(messages, tc)
+        tokens, exact, reported = m.tokens, None if tc is None else tc.exact is True, None
+    usage = Usage(chars=m.chars, tokens=tokens, messages=m.messages, fragments=0,
+                  opaque_parts=m.opaque_parts, tokens_exact=exact, tokens_reported=reported)
     if max_chars is not None and usage.chars > max_chars:
         raise InputBudgetError("chars", usage.chars, max_chars, usage)
     if max_tokens is not None and usage.tokens is not None and usage.tokens > max_tokens:

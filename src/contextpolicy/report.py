@@ -44,13 +44,21 @@ class ReportModel(BaseModel):
 
 class Usage(ReportModel):
     """What a plan or an input carries: chars, tokens (``None`` without a counter), messages,
-    fragments, and parts that carry no text (images, audio, files), which chars count as 0."""
+    fragments, and parts that carry no text (images, audio, files), which chars count as 0.
+
+    ``tokens_exact``: whether ``tokens`` is measured (an exact counter's figure, or a provider's
+    reported usage plus what came after counted exactly) rather than partly estimated;
+    ``tokens_reported``: the part of ``tokens`` a provider reported for an earlier input this
+    one starts with (:func:`contextpolicy.counters.usage_anchored`). Both ``None`` without
+    tokens; ``tokens_reported`` ``None`` when no report covers the input."""
 
     chars: int
     tokens: int | None
     messages: int
     fragments: int
     opaque_parts: int
+    tokens_exact: bool | None = None
+    tokens_reported: int | None = None
 
 
 class Watermark(ReportModel):
@@ -313,21 +321,27 @@ def given_records(*records: Any) -> Any:
 class Totals:
     """What a plan or an input carries, as measured (the fields of :class:`Usage`)."""
 
-    __slots__ = ("chars", "fragments", "messages", "opaque_parts", "tokens")
+    __slots__ = ("chars", "fragments", "messages", "opaque_parts", "tokens", "tokens_exact",
+                 "tokens_reported")
 
     def __init__(self, chars: int, tokens: int | None, messages: int, fragments: int,
-                 opaque_parts: int) -> None:
+                 opaque_parts: int, tokens_exact: bool | None = None,
+                 tokens_reported: int | None = None) -> None:
         self.chars, self.tokens, self.messages = chars, tokens, messages
         self.fragments, self.opaque_parts = fragments, opaque_parts
+        self.tokens_exact, self.tokens_reported = tokens_exact, tokens_reported
 
     def json(self) -> dict[str, Any]:
         return {"chars": self.chars, "tokens": self.tokens, "messages": self.messages,
-                "fragments": self.fragments, "opaqueParts": self.opaque_parts}
+                "fragments": self.fragments, "opaqueParts": self.opaque_parts,
+                "tokensExact": self.tokens_exact, "tokensReported": self.tokens_reported}
 
     def model(self) -> Usage:
         return built(Usage, {"chars": self.chars, "tokens": self.tokens,
                              "messages": self.messages, "fragments": self.fragments,
-                             "opaque_parts": self.opaque_parts})
+                             "opaque_parts": self.opaque_parts,
+                             "tokens_exact": self.tokens_exact,
+                             "tokens_reported": self.tokens_reported})
 
 
 def _aliases(cls: type[ReportModel]) -> list[tuple[str, str]]:

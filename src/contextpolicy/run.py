@@ -13,6 +13,7 @@ from .accounting import (
     FragmentMeasure,
     TokenCounter,
     assemble,
+    input_count,
     input_tokens,
     measure_fragment,
 )
@@ -69,8 +70,8 @@ def usage(fragments: Sequence[Fragment], measures: Sequence[FragmentMeasure],
         chars += m.chars
         messages += m.messages
         opaque += m.opaque_parts
-    return Totals(chars, input_tokens(fragments, measures, counter), messages, len(measures),
-                  opaque)
+    tokens, exact, reported = input_count(fragments, measures, counter)
+    return Totals(chars, tokens, messages, len(measures), opaque, exact, reported)
 
 
 class PolicyRun:

@@ -72,7 +72,8 @@ def test_report_json_is_camel_case():
     data = report.model_dump(by_alias=True, mode="json")
     assert set(data) >= {"mode", "kernel", "triggered", "trigger", "target", "before", "after",
                          "targetReached", "steps", "warnings"}
-    assert set(data["before"]) == {"chars", "tokens", "messages", "fragments", "opaqueParts"}
+    assert set(data["before"]) == {"chars", "tokens", "messages", "fragments", "opaqueParts",
+                                   "tokensExact", "tokensReported"}
     assert json.loads(json.dumps(data)) == data
 
 
