@@ -223,6 +223,8 @@ def check_input_budget(
             path="result_or_input", code="invalid-input",
         )
     messages: list[dict[str, Any]] = source if isinstance(source, list) else list(source)
+    tokens: int | None
+    exact: bool | None
     if tc is not None and tc.counts_messages:
         m = measure_messages(messages)
         tokens, exact, reported = tc.count_input(messages)
