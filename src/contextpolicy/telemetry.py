@@ -13,7 +13,9 @@ Two ways to switch them on:
 A span is named ``contextpolicy <mode>`` and carries ``contextpolicy.mode``,
 ``contextpolicy.triggered``, ``contextpolicy.target_reached``, ``contextpolicy.chars.before``,
 ``contextpolicy.chars.after``, ``contextpolicy.tokens.before``, ``contextpolicy.tokens.after``
-(absent when no counter measured them), ``contextpolicy.messages.removed`` and, when they apply,
+(absent when no counter measured them) with ``contextpolicy.tokens.before_exact``/``after_exact``
+(whether each is measured, not estimated) and ``contextpolicy.tokens.reported`` (the part a
+provider reported), ``contextpolicy.messages.removed`` and, when they apply,
 ``contextpolicy.missed_reason`` and ``contextpolicy.counter``; a stable cut adds
 ``contextpolicy.cut.*`` (its :class:`~contextpolicy.stable.CutReport`). Each step is a span
 event ``contextpolicy.step`` with its figures. An error is recorded on the span (its status
@@ -107,6 +109,9 @@ def _set_figures(span: Any, mode: str, report: Mapping[str, Any]) -> None:
     optional = (("contextpolicy.target_reached", report.get("targetReached")),
                 ("contextpolicy.tokens.before", before.get("tokens")),
                 ("contextpolicy.tokens.after", after.get("tokens")),
+                ("contextpolicy.tokens.before_exact", before.get("tokensExact")),
+                ("contextpolicy.tokens.after_exact", after.get("tokensExact")),
+                ("contextpolicy.tokens.reported", before.get("tokensReported")),
                 ("contextpolicy.missed_reason", report.get("missedReason")),
                 ("contextpolicy.counter", report.get("counter")),
                 ("contextpolicy.kernel", report.get("kernel")))

@@ -25,6 +25,7 @@ from contextpolicy import (
     telemetry,
 )
 from contextpolicy.accounting import measure_messages
+from contextpolicy.counters import estimate, usage_anchored
 from tests.support.replays import tool_session
 
 pytestmark = pytest.mark.usefixtures("pipeline_kernel")
@@ -67,6 +68,9 @@ def _figures(report) -> dict:
     for key, value in (("contextpolicy.target_reached", report.target_reached),
                        ("contextpolicy.tokens.before", report.before.tokens),
                        ("contextpolicy.tokens.after", report.after.tokens),
+                       ("contextpolicy.tokens.before_exact", report.before.tokens_exact),
+                       ("contextpolicy.tokens.after_exact", report.after.tokens_exact),
+                       ("contextpolicy.tokens.reported", report.before.tokens_reported),
                        ("contextpolicy.missed_reason", report.missed_reason),
                        ("contextpolicy.counter", report.counter)):
         if value is not None:
@@ -111,6 +115,21 @@ def test_tokens_are_attributes_when_a_counter_measured_them(spans):
     assert span.attributes["contextpolicy.tokens.after"] == result.report.after.tokens
     assert dict(span.attributes) == _figures(result.report)
     assert span.attributes["contextpolicy.counter"] == result.report.counter
+    assert span.attributes["contextpolicy.tokens.before_exact"] is False  # it never said so
+    assert "contextpolicy.tokens.reported" not in span.attributes
+
+
+def test_a_span_says_what_a_provider_reported(spans):
+    counter = usage_anchored(estimate(4))
+    messages = _chat()
+    counter.record(messages[:-1], 4_321)
+    result = process_context(ContextPlan.from_messages(messages), {"mode": "validate"},
+                             counter=counter)
+    (span,) = spans.get_finished_spans()
+    assert span.attributes["contextpolicy.tokens.reported"] == 4_321
+    assert span.attributes["contextpolicy.tokens.before"] == result.report.before.tokens > 4_321
+    assert span.attributes["contextpolicy.tokens.before_exact"] is False
+    assert dict(span.attributes) == _figures(result.report)
 
 
 def test_a_validate_run_and_an_untriggered_reduce(spans):

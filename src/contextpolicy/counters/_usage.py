@@ -126,6 +126,7 @@ class UsageAnchoredCounter:
         self._anchors: OrderedDict[bytes, tuple[int, int]] = OrderedDict()  # key -> (n, tokens)
         self._lengths: dict[int, int] = {}  # message count -> anchors of that length
         self._lock = threading.Lock()
+        self._framing = 0.0  # tokens the provider adds around a message, as last learned
         source_texts = getattr(self.local.source, "count_texts", None)
         if callable(source_texts):
             self.count_texts = self.local.count_pieces
@@ -149,19 +150,7 @@ class UsageAnchoredCounter:
                 f"expected a list of messages, got {type(messages).__name__}", path="messages",
                 code="invalid-input",
             )
-        with self._lock:
-            lengths = sorted(self._lengths, reverse=True)
-        found = None
-        if lengths and lengths[-1] <= len(messages):
-            keys = _message_keys(messages, lengths[0])
-            with self._lock:
-                for n in lengths:
-                    if n <= len(keys):
-                        anchor = self._anchors.get(keys[n - 1])
-                        if anchor is not None:
-                            self._anchors.move_to_end(keys[n - 1])
-                            found = anchor
-                            break
+        found = self._longest(messages, len(messages))
         local = self.local
         if found is None:
             return InputCount(local.count_messages(messages), self.exact, None)
@@ -171,8 +160,28 @@ class UsageAnchoredCounter:
         if local.counts_messages:
             rest = max(0, local.count_messages(messages) - local.count_messages(messages[:n]))
             return InputCount(reported + rest, self.exact, reported)
-        rest = local.count_messages(messages[n:])
-        return InputCount(reported + rest, False, reported)
+        # An exact counter of texts sees no framing: each message since adds what the provider's
+        # reports showed a message's framing to be (learned, so the figure is estimated). An
+        # estimating counter learns nothing: what it misses is its estimate, not framing.
+        rest = local.count_messages(messages[n:]) + round(self._framing * (len(messages) - n))
+        return InputCount(reported + max(0, rest), False, reported)
+
+    def _longest(self, messages: list[Any], below: int) -> tuple[int, int] | None:
+        """``(n, reported)`` of the longest reported input of at most ``below`` messages that
+        ``messages`` starts with, or ``None``."""
+        with self._lock:
+            lengths = sorted((n for n in self._lengths if n <= below), reverse=True)
+        if not lengths or lengths[-1] > len(messages):
+            return None
+        keys = _message_keys(messages, lengths[0])
+        with self._lock:
+            for n in lengths:
+                if n <= len(keys):
+                    anchor = self._anchors.get(keys[n - 1])
+                    if anchor is not None:
+                        self._anchors.move_to_end(keys[n - 1])
+                        return anchor
+        return None
 
     # -- what the adapters call --------------------------------------------------------------
 
@@ -198,10 +207,13 @@ class UsageAnchoredCounter:
             return False
         from ..content import plain_copy
 
-        keys = _message_keys(plain_copy(list(messages)), len(messages))
-        if len(keys) != len(messages):
+        sent = plain_copy(list(messages))
+        keys = _message_keys(sent, len(sent))
+        if len(keys) != len(sent):
             return False
-        key, n = keys[-1], len(messages)
+        key, n = keys[-1], len(sent)
+        if self.exact and not self.local.counts_messages:
+            self._learn_framing(sent, int(input_tokens))
         with self._lock:
             if key not in self._anchors:
                 self._lengths[n] = self._lengths.get(n, 0) + 1
@@ -215,6 +227,17 @@ class UsageAnchoredCounter:
                 else:
                     del self._lengths[gone]
         return True
+
+    def _learn_framing(self, sent: list[Any], reported: int) -> None:
+        # Two reports, one input the start of the other: their difference is what the messages
+        # between them cost the provider; beyond the exact count of their texts, that is their
+        # framing (what the provider adds around each message).
+        found = self._longest(sent, len(sent) - 1)
+        if found is None:
+            return
+        n, before = found
+        texts = self.local.count_messages(sent[n:])
+        self._framing = (reported - before - texts) / (len(sent) - n)
 
     @property
     def anchors(self) -> int:
