@@ -25,6 +25,12 @@ is the protected ``instructions`` fragment and its tools' declarations the prote
 fragment, so one policy file works here as in every adapter. A content the policy kept is the
 very object ADK built; one a compress handler changed is a new ``Content``.
 
+With ``counter=usage_anchored(...)`` (:func:`~contextpolicy.counters.usage_anchored`) each
+model call's reported input tokens (its response's ``usage_metadata.prompt_token_count``) are
+recorded for the input the policy assembled for it, so later figures start from the provider's
+count: the callback finds the previous call's response among the session's events
+(``callback_context.session``) the next time it runs, in the same session for the same agent.
+
 Importing this module does not import ADK; the callback's first call does, through the
 objects it is given.
 """
@@ -43,6 +49,8 @@ from ..stable import StableCut, StableResult, checked_cut
 from ._agent import agent_plan, prepare_agent_policy, tools_text
 from ._items import LastResult
 from ._returned import origins
+from ._usage import anchored_counter
+from ._usage_frameworks import SessionCalls
 
 if TYPE_CHECKING:
     from ..prepared import PreparedPolicy
@@ -225,6 +233,9 @@ class ContextPolicyCallback(LastResult):
         self.on_report = on_report
         self.is_async = any(is_async_callable(h) for h in self.prepared.handlers.values())
         self.last_result: ContextResult | None = None
+        # With a usage-anchored counter, each session's last call, until its usage comes.
+        usage = anchored_counter(self.prepared)
+        self.calls = SessionCalls(usage) if usage is not None else None
         # ADK names these callbacks by __name__ in its traces.
         self.__name__ = "context_policy_callback"
 
@@ -234,8 +245,10 @@ class ContextPolicyCallback(LastResult):
         return self.prepared
 
     def __call__(self, callback_context: Any, llm_request: Any) -> Awaitable[None] | None:
+        if self.calls is not None:  # the previous call's usage, from the session's events
+            self.calls.answered(callback_context)
         if self.is_async:
-            return self._areduce(llm_request)
+            return self._areduce(callback_context, llm_request)
         contents, dicts, instructions, tools = self._given(llm_request)
         if self.stable is not None:
             result: ContextResult = self.stable.process(
@@ -243,9 +256,11 @@ class ContextPolicyCallback(LastResult):
         else:
             result = process_context(self._plan(dicts, instructions, tools), self.prepared)
         self._finish(llm_request, contents, dicts, instructions, tools, result)
+        if self.calls is not None:
+            self.calls.sent(callback_context, result)
         return None
 
-    async def _areduce(self, llm_request: Any) -> None:
+    async def _areduce(self, callback_context: Any, llm_request: Any) -> None:
         contents, dicts, instructions, tools = self._given(llm_request)
         if self.stable is not None:
             result: ContextResult = await self.stable.aprocess(
@@ -254,6 +269,8 @@ class ContextPolicyCallback(LastResult):
             result = await aprocess_context(self._plan(dicts, instructions, tools),
                                             self.prepared)
         self._finish(llm_request, contents, dicts, instructions, tools, result)
+        if self.calls is not None:
+            self.calls.sent(callback_context, result)
 
     def _given(self, llm_request: Any) -> tuple[list[Any], list[dict[str, Any]], str | None,
                                                  str | None]:

@@ -60,6 +60,8 @@ from ._langchain_messages import (
     split_messages,
     traced,
 )
+from ._usage import anchored_counter, record_usage
+from ._usage_feed import StateFeed, langchain_input_tokens
 
 __all__ = [
     "FRAGMENT_IDS",
@@ -116,6 +118,12 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
     one agent apart (a persisting one and an ephemeral one, say). Async agents (``ainvoke``)
     run the policy with ``aprocess_context``: handlers may be coroutine functions, and
     cancelling the task cancels the run.
+
+    With ``counter=usage_anchored(...)`` (:func:`~contextpolicy.counters.usage_anchored`) each
+    model call's reported input tokens (its AI message's ``usage_metadata``) are recorded for
+    the input it was sent: the call's answer in ephemeral mode; in persist mode (and in
+    :func:`context_policy_node`) the AI message right after the persisted messages, at the
+    next call.
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> ContextPolicyMiddleware:
@@ -160,6 +168,10 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         # A persisted reduction is stable by itself: the state it writes is the next call's.
         self._stable = StableCut(self._prepared, store=store) if (
             mode == "ephemeral" and cut == "stable") else None
+        # A usage-anchored counter is fed each call's reported input tokens (else None).
+        self._usage = anchored_counter(self._prepared)
+        self._feed = StateFeed(self._usage) if self._usage is not None and (
+            mode == "persist") else None
 
     @property
     def name(self) -> str:
@@ -188,17 +200,17 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         if self.on_report is not None:
             self.on_report(result.report)
 
-    def _run(self, split: Split) -> list[BaseMessage] | None:
+    def _run(self, split: Split) -> tuple[list[BaseMessage] | None, ContextResult]:
         result = process_context(split.plan, self._prepared, on_event=self.on_event,
                                  cancel=self.cancel)
         self._finished(result)
-        return _replacement(split, result)
+        return _replacement(split, result), result
 
-    async def _arun(self, split: Split) -> list[BaseMessage] | None:
+    async def _arun(self, split: Split) -> tuple[list[BaseMessage] | None, ContextResult]:
         result = await aprocess_context(split.plan, self._prepared, on_event=self.on_event,
                                         cancel=self.cancel)
         self._finished(result)
-        return _replacement(split, result)
+        return _replacement(split, result), result
 
     def _stable_kept(
         self, request: ModelRequest[Any], dicts: list[dict[str, Any]],
@@ -215,7 +227,7 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Any]
     ) -> Any:
         if self._stable is None:
-            kept = self._run(_request_split(request, self._tool_schemas))
+            kept, result = self._run(_request_split(request, self._tool_schemas))
         else:
             dicts, apart = _request_dicts(request)
             tools = request_tools(request.tools, self._tool_schemas)
@@ -223,13 +235,16 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
                                           on_event=self.on_event, cancel=self.cancel,
                                           path="request.messages", tools=tools)
             kept = self._stable_kept(request, dicts, apart, tools, result)
-        return handler(_with_messages(request, kept))
+        response = handler(_with_messages(request, kept))
+        if self._usage is not None:  # the input tokens reported for what was sent
+            record_usage(self._usage, result, langchain_input_tokens(response))
+        return response
 
     async def awrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], Awaitable[Any]]
     ) -> Any:
         if self._stable is None:
-            kept = await self._arun(_request_split(request, self._tool_schemas))
+            kept, result = await self._arun(_request_split(request, self._tool_schemas))
         else:
             dicts, apart = _request_dicts(request)
             tools = request_tools(request.tools, self._tool_schemas)
@@ -237,7 +252,10 @@ class ContextPolicyMiddleware(AgentMiddleware[AgentState[Any], Any]):
                 dicts, lead=[apart] if apart is not None else (), on_event=self.on_event,
                 cancel=self.cancel, path="request.messages", tools=tools)
             kept = self._stable_kept(request, dicts, apart, tools, result)
-        return await handler(_with_messages(request, kept))
+        response = await handler(_with_messages(request, kept))
+        if self._usage is not None:
+            record_usage(self._usage, result, langchain_input_tokens(response))
+        return response
 
 
 class _PersistingMiddleware(ContextPolicyMiddleware):
@@ -248,11 +266,21 @@ class _PersistingMiddleware(ContextPolicyMiddleware):
     awrap_model_call = AgentMiddleware.awrap_model_call  # type: ignore[assignment]
 
     def before_model(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
-        kept = self._run(split_messages(state["messages"], path="state.messages"))
+        messages = state["messages"]
+        if self._feed is not None:
+            self._feed.answered(messages)
+        kept, result = self._run(split_messages(messages, path="state.messages"))
+        if self._feed is not None:  # the state the model is sent, whose answer follows it
+            self._feed.sent(messages if kept is None else kept, result)
         return None if kept is None else {"messages": _replace_all(kept)}
 
     async def abefore_model(self, state: AgentState[Any], runtime: Any) -> dict[str, Any] | None:
-        kept = await self._arun(split_messages(state["messages"], path="state.messages"))
+        messages = state["messages"]
+        if self._feed is not None:
+            self._feed.answered(messages)
+        kept, result = await self._arun(split_messages(messages, path="state.messages"))
+        if self._feed is not None:
+            self._feed.sent(messages if kept is None else kept, result)
         return None if kept is None else {"messages": _replace_all(kept)}
 
 
@@ -322,6 +350,8 @@ def context_policy_node(
     """
     prepared = prepare_agent_policy(policy, handlers, counter)
     path = f"state.{messages_key}"
+    usage = anchored_counter(prepared)
+    feed = StateFeed(usage) if usage is not None else None
 
     def events() -> Callable[[ContextEvent], None] | None:
         writer = _stream_writer()
@@ -333,14 +363,20 @@ def context_policy_node(
         if on_report is not None:
             on_report(result.report)
         kept = _replacement(split, result)
+        if feed is not None:
+            feed.sent(split.messages if kept is None else kept, result)
         return {} if kept is None else {messages_key: _replace_all(kept)}
 
     def reduce_state(state: Mapping[str, Any]) -> dict[str, Any]:
+        if feed is not None:  # the model's answer to the state the last run left
+            feed.answered(state[messages_key])
         split = split_messages(state[messages_key], path=path)
         return update(split, process_context(split.plan, prepared, on_event=events(),
                                              cancel=cancel))
 
     async def areduce_state(state: Mapping[str, Any]) -> dict[str, Any]:
+        if feed is not None:
+            feed.answered(state[messages_key])
         split = split_messages(state[messages_key], path=path)
         return update(split, await aprocess_context(split.plan, prepared, on_event=events(),
                                                     cancel=cancel))

@@ -35,6 +35,8 @@ from ..errors import ContextPlanError
 from ..stable import CutReport, StableCut, checked_cut
 from ._agent import agent_plan, prepare_agent_policy, tools_text
 from ._items import LastResult, as_items, kept_items, traced_items
+from ._usage import anchored_counter, record_usage
+from ._usage_feed import Pending
 
 if TYPE_CHECKING:
     from ..prepared import PreparedPolicy
@@ -87,6 +89,10 @@ class ContextPolicyMessages(LastResult):
     every message kept as it was; a handler's dict for one it changed or wrote. The given list
     and its messages are never changed. :meth:`areduce` is the same for async code (coroutine
     handlers). ``last_report``, ``last_result`` and ``last_cut`` hold the latest call's.
+
+    With ``counter=usage_anchored(...)`` (:func:`~contextpolicy.counters.usage_anchored`),
+    :meth:`record` keeps the prompt tokens a response reports for the latest call's input, and
+    the next call's figures start from them.
     """
 
     def __init__(self, policy: Any, *, counter: Any = None,
@@ -96,6 +102,16 @@ class ContextPolicyMessages(LastResult):
         self.prepared = prepare_agent_policy(policy, handlers, counter)
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.last_result: ContextResult | None = None
+        self._usage = anchored_counter(self.prepared)
+
+    def record(self, response: Any, result: ContextResult | None = None) -> bool:
+        """Record the prompt tokens ``response`` (LiteLLM's ``ModelResponse`` of the call sent
+        what this returned) reports as the count of ``result``'s input (the latest call's by
+        default), for a usage-anchored counter; whether it was recorded (never without one)."""
+        if self._usage is None:
+            return False
+        return record_usage(self._usage, self.last_result if result is None else result,
+                            _prompt_tokens(response))
 
     @property
     def policy(self) -> PreparedPolicy:
@@ -134,13 +150,23 @@ class ContextPolicyMessages(LastResult):
         return f"ContextPolicyMessages({self.prepared!r})"
 
 
+def _prompt_tokens(response: Any) -> Any:
+    """The prompt tokens a LiteLLM response reports (``response.usage.prompt_tokens``)."""
+    usage = getattr(response, "usage", None)
+    if usage is None and isinstance(response, Mapping):
+        usage = response.get("usage")
+    return usage.get("prompt_tokens") if isinstance(usage, Mapping) else getattr(
+        usage, "prompt_tokens", None)
+
+
 def apply_policy(messages: Sequence[Any], policy: Any, *, tools: Sequence[Any] | None = None,
                  counter: Any = None, handlers: Mapping[str, Callable[..., Any]] | None = None,
                  cut: str = "stable", store: Any = None) -> list[Any]:
     """The messages ``policy`` keeps of ``messages``, for one call (see
     :class:`ContextPolicyMessages`, which checks the policy once for many). The stable cut
     gives the same result with or without its memo: called afresh on each call of an agent, it
-    still keeps a prompt cache's prefix."""
+    still keeps a prompt cache's prefix. It keeps no result: to count from the provider's
+    usage, use :class:`ContextPolicyMessages` and its ``record``."""
     return ContextPolicyMessages(policy, counter=counter, handlers=handlers, cut=cut,
                                  store=store)(messages, tools=tools)
 
@@ -225,9 +251,12 @@ def context_policy_hook(policy: Any, *, counter: Any = None,
 
     The request's data dict is returned as a new dict with the kept messages; the proxy's own
     dict and messages are never changed. A policy error is raised here, when the hook is made.
+    With ``counter=usage_anchored(...)``, ``async_post_call_success_hook`` records the prompt
+    tokens of each response for the input its request was sent (by ``litellm_call_id``).
     """
     reducer = ContextPolicyMessages(policy, counter=counter, handlers=handlers, cut=cut,
                                     store=store)
+    sent = Pending() if reducer._usage is not None else None  # litellm_call_id -> result
     base = import_extra("litellm.integrations.custom_logger", package="LiteLLM",
                         extra="litellm", what="contextpolicy.adapters.litellm").CustomLogger
 
@@ -260,6 +289,16 @@ def context_policy_hook(policy: Any, *, counter: Any = None,
                 messages, tools=tools if isinstance(tools, list) else None, path="messages")
             if on_report is not None and reducer.last_result is not None:
                 on_report(reducer.last_result, data)
+            if sent is not None and data.get("litellm_call_id") is not None:
+                sent.put(data["litellm_call_id"], reducer.last_result)
             return {**data, "messages": kept}
+
+        async def async_post_call_success_hook(self, data: dict[str, Any],
+                                               user_api_key_dict: Any, response: Any) -> Any:
+            if sent is not None and isinstance(data, dict):
+                result = sent.pop(data.get("litellm_call_id"))
+                if result is not None:
+                    reducer.record(response, result)
+            return None  # the response as it is
 
     return ContextPolicyHook()

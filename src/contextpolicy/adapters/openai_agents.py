@@ -62,6 +62,8 @@ from ..prepared import is_async_callable
 from ..stable import CutReport, StableCut, checked_cut
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy, tools_text
 from ._items import LastResult, as_items, kept_items, traced_items
+from ._usage import anchored_counter
+from ._usage_feed import CallFeed, run_hooks_class
 
 if TYPE_CHECKING:
     from agents.run_config import CallModelData, ModelInputData
@@ -214,12 +216,31 @@ class ContextPolicyInputFilter(_Reports):
     before the first), ``last_result`` its whole :class:`~contextpolicy.ContextResult`,
     ``last_cut`` what the stable cut did (:class:`~contextpolicy.stable.CutReport`). One
     filter shared by concurrent runs holds whichever call finished last.
+
+    With ``counter=usage_anchored(...)`` (:func:`~contextpolicy.counters.usage_anchored`),
+    run with ``Runner.run(..., hooks=keep.hooks)``: the SDK hands a filter no usage, and its
+    ``RunHooks`` get each model call's input and response, whose ``usage.input_tokens`` is
+    recorded for the call's input (``result.input``) when the call was sent exactly the items
+    this filter returned.
     """
 
     def __init__(self, policy: Any, *, counter: Any = None,
                  handlers: Mapping[str, Callable[..., Any]] | None = None,
                  cut: str = "stable", store: Any = None) -> None:
         self._reducer = _Reducer(policy, counter, handlers, cut, store)
+        usage = anchored_counter(self._reducer.prepared)
+        self._feed = CallFeed(usage) if usage is not None else None
+        self._hooks: Any = None
+
+    @property
+    def hooks(self) -> Any:
+        """An SDK ``RunHooks`` (``Runner.run(..., hooks=keep.hooks)``) whose ``on_llm_start``
+        and ``on_llm_end`` feed each model call's reported input tokens to a usage-anchored
+        counter; without one it does nothing. A ``RunHooks`` of your own can call these two
+        from its own."""
+        if self._hooks is None:
+            self._hooks = run_hooks_class()(self._feed)
+        return self._hooks
 
     @property
     def is_async(self) -> bool:
@@ -235,11 +256,15 @@ class ContextPolicyInputFilter(_Reports):
             return self._afilter(model_data, tools)
         kept = self._reducer.reduce(model_data.instructions, model_data.input, question=True,
                                     tools=tools)
+        if self._feed is not None:  # the result these very items came from
+            self._feed.given(kept, self._reducer.last_result)
         return self._reducer.model_input_data(input=kept, instructions=model_data.instructions)
 
     async def _afilter(self, model_data: ModelInputData, tools: str | None) -> ModelInputData:
         kept = await self._reducer.areduce(model_data.instructions, model_data.input,
                                            question=True, tools=tools)
+        if self._feed is not None:
+            self._feed.given(kept, self._reducer.last_result)
         return self._reducer.model_input_data(input=kept, instructions=model_data.instructions)
 
     def __repr__(self) -> str:
@@ -301,6 +326,9 @@ class ContextPolicySession(_Reports):
     instead of the policy. ``last_report`` is the report of the latest reduced read.
     ``cut`` and ``store`` are the filter's (:func:`context_policy_input_filter`): by default a
     read gets what the history would hold had the policy run before each earlier model call.
+    A usage-anchored counter is not fed here: the model is sent the history with the run's
+    new input, instructions and tools, so no reported figure is the count of the history
+    alone (give the counter to a filter, with its ``hooks``).
     """
 
     def __init__(self, session: Any, policy: Any, *, counter: Any = None,

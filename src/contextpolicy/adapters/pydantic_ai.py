@@ -34,6 +34,12 @@ message objects for everything kept, in order; a ``ModelRequest`` some of whose 
 dropped or changed, and a ``ModelResponse`` a compress handler changed, are copies with only
 that difference; a summary is a new message. Nothing given is mutated.
 
+With ``counter=usage_anchored(...)`` (:func:`~contextpolicy.counters.usage_anchored`) each
+request's reported input tokens (its ``ModelResponse``'s ``usage.input_tokens``) are recorded
+for the input the policy assembled for it, so later figures start from the provider's count:
+the capability takes them from the response it is handed (``after_model_request``), the
+processor from the ``ModelResponse`` that follows the messages it returned, at the next call.
+
 Importing this module imports Pydantic AI, and says which extra to install when it is missing.
 """
 
@@ -45,7 +51,7 @@ from typing import TYPE_CHECKING, Any, overload
 try:
     from pydantic_ai import RunContext
     from pydantic_ai.capabilities import AbstractCapability
-    from pydantic_ai.messages import InstructionPart, ModelMessage, ModelRequest
+    from pydantic_ai.messages import InstructionPart, ModelMessage, ModelRequest, ModelResponse
 except ImportError as exc:  # pragma: no cover - exercised without the extra installed
     raise ImportError(
         "contextpolicy.adapters.pydantic_ai needs Pydantic AI 2: "
@@ -60,6 +66,8 @@ from ..stable import CutReport, StableCut, StableResult, checked_cut
 from ._agent import FRAGMENT_IDS, agent_plan, prepare_agent_policy, tools_text
 from ._pydantic_ai_messages import Dicts, chat_dicts
 from ._returned import origins, trimmed_away
+from ._usage import anchored_counter
+from ._usage_frameworks import SentInputs
 
 if TYPE_CHECKING:
     from pydantic_ai.models import ModelRequestContext
@@ -133,6 +141,9 @@ class _Reducer:
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.on_report, self.on_event, self.cancel = on_report, on_event, cancel
         self.last_result: ContextResult | None = None
+        # With a usage-anchored counter, what was sent, until its answer's usage is recorded.
+        usage = anchored_counter(self.prepared)
+        self.sent = SentInputs(usage) if usage is not None else None
 
     def _options(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -207,6 +218,8 @@ class _Reducer:
                     "Pydantic AI needs one: keep the newest group of the fragment a step "
                     "reduces (keepGroups >= 1)", path=given.path, code="unsupported-message")
         self.last_result = result
+        if self.sent is not None:
+            self.sent.sent(messages, result)
         if self.on_report is not None:
             self.on_report(result.report)
         return messages
@@ -311,6 +324,8 @@ class ContextPolicyProcessor(_Reports):
     def __call__(self, ctx: RunContext[Any], messages: Any = _NOTHING, /  # type: ignore[misc]
                  ) -> Any:
         context, messages = _split_args(ctx, messages, "ContextPolicyProcessor")
+        if self._reducer.sent is not None:  # the answer to what the last call returned
+            self._reducer.sent.answered_in_history(messages)
         if self._reducer.is_async:
             return self._areduce(context, messages)
         return self._reducer.reduce(messages, _instructions_of(messages), run_tools(context),
@@ -326,6 +341,8 @@ class ContextPolicyProcessor(_Reports):
                       ) -> Any:
         """The processor for async code (``ProcessHistory(processor.areduce)``)."""
         context, messages = _split_args(ctx, messages, "areduce")
+        if self._reducer.sent is not None:  # the answer to what the last call returned
+            self._reducer.sent.answered_in_history(messages)
         return await self._areduce(context, messages)
 
     async def _areduce(self, context: RunContext[Any] | None, messages: Any) -> list[Any]:
@@ -377,6 +394,13 @@ class ContextPolicyCapability(AbstractCapability[Any], _Reports):
                                                                        strict=True)):
             request_context.messages = kept  # this request only: the history stays whole
         return request_context
+
+    async def after_model_request(self, ctx: RunContext[Any], *,
+                                  request_context: ModelRequestContext,
+                                  response: ModelResponse) -> ModelResponse:
+        if self._reducer.sent is not None:  # its usage, for the messages it answered
+            self._reducer.sent.answered(request_context.messages, response)
+        return response
 
     def __repr__(self) -> str:
         return f"ContextPolicyCapability({self.policy!r}, cut={self.cut!r})"
