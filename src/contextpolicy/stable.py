@@ -36,10 +36,12 @@ import numpy as np
 from . import _kernel, _tracing
 from ._snapshots import same, snapshot
 from ._tables import FLAG_GLUES_NEXT, FLAG_TOOL_CALLS, ROLE_ASSISTANT, ROLE_OTHER
+from .accounting import TokenCounter
 from .adapters._agent import agent_plan, prepare_agent_policy, under
 from .adapters._returned import origins, trimmed_away
 from .content import plain_copy
 from .core import aprocess_context, process_context
+from .counters._usage import UsageAnchoredCounter
 from .errors import ContextPlanError, ContextPolicyError
 from .policy import ReducePolicy
 from .prepared import PreparedPolicy
@@ -176,7 +178,7 @@ class StableCut:
         self.store: SummaryStore = store if store is not None else MemoryStore()
         p = self.prepared
         self.replaying = PreparedPolicy.of_valid(
-            p.policy, stored_handlers(p.handlers, self.store), p.counter)
+            p.policy, stored_handlers(p.handlers, self.store), as_of_each_call(p.counter))
         typed = p.policy
         reduce = typed if isinstance(typed, ReducePolicy) else None
         self.cuts = reduce is not None and (
@@ -473,6 +475,16 @@ class _Replay:
             exact = exact and copy is not None
             own.append(copy if copy is not None else d)
         return src, own, exact
+
+
+def as_of_each_call(counter: TokenCounter | None) -> TokenCounter | None:
+    """The counter each call of a replay counts with: a usage-anchored counter as that call saw
+    it (reports of shorter inputs only; a report of the input itself came after its call), so a
+    replayed call decides as it did, memo or not; any other counter as it is."""
+    source = getattr(counter, "source", None)
+    if isinstance(source, UsageAnchoredCounter):
+        return TokenCounter(source.as_of_each_call())
+    return counter
 
 
 def _options(on_event: Any, cancel: Any) -> dict[str, Any]:

@@ -143,6 +143,75 @@ def test_an_exact_counter_of_texts_learns_the_framing_the_reports_show():
     assert guess.count_input(CHAT).tokens == 200 + estimate(4).count_text(CHAT[3]["content"])
 
 
+def test_a_replayed_call_decides_as_it_did_memo_or_not():
+    # A report of an input, recorded after its call, must not change how a replay of that call
+    # decides: every call's input is the same with the memo and without it. The provider counts
+    # 100 tokens the local counter cannot see, so a call counted from its own report would
+    # decide otherwise.
+    policy = {"mode": "reduce", "triggerTokens": 150, "targetInputTokens": 60,
+              "steps": [{"id": "t", "kind": "trim", "fragmentId": "history",
+                         "grouping": {"kind": "user-turn"}, "keepGroups": 1,
+                         "targetChars": 0}]}
+    # A stored history of two turns read before the first call: the first call is counted
+    # locally (137 tokens, under the trigger); its own report (237) is over it.
+    history = [{"role": "system", "content": "be brief"}] + [
+        {"role": role, "content": f"{role} {k} " + "w " * 25}
+        for k in range(2) for role in ("user", "assistant")]
+    counters = {size: usage_anchored(Words()) for size in (0, 64)}
+    cuts = {size: StableCut(policy, counter=counters[size], memo_size=size) for size in counters}
+    trimmed = 0
+    for turn in range(10):
+        history += [{"role": "user", "content": f"question {turn} " + "w " * 25}]
+        sent = {}
+        for size, cut in cuts.items():
+            result = cut.process(history)
+            sent[size] = result.input
+            local = sum(words(m["content"]) for m in result.input)
+            counters[size].record(result.input, local + 100)
+            trimmed += result.report.triggered
+        assert sent[0] == sent[64], turn
+        history += [{"role": "assistant", "content": f"answer {turn} " + "w " * 25}]
+    assert trimmed >= 4
+
+
+def test_no_usage_is_no_report_and_wrapping_keeps_what_measured_each_figure():
+    from contextpolicy.adapters._usage import anchored_counter, record_usage
+    from contextpolicy.counters import cached
+    from contextpolicy.prepared import prepare_policy
+
+    counter = usage_anchored(Words())
+    assert counter.record(CHAT, 0) is False  # a provider that sent no usage
+    result = process_context(ContextPlan.from_messages(CHAT), {"mode": "validate"},
+                             counter=counter)
+    assert record_usage(counter, result, 0) is False
+    assert record_usage(counter, result, None) is False
+    assert counter.anchors == 0
+    # An exact counter of texts is not exact for a whole input (framing it cannot see).
+    assert counter.exact is False and usage_anchored(Provider(words, "w")).exact is True
+    counter.record(CHAT[:3], 300)
+    wrapped = cached(counter)
+    report = process_context(ContextPlan.from_messages(CHAT), {"mode": "validate"},
+                             counter=wrapped).report
+    assert (report.before.tokens_exact, report.before.tokens_reported) == (False, 300)
+    assert anchored_counter(prepare_policy({"mode": "validate"}, counter=wrapped)) is counter
+
+
+def test_a_local_count_that_shrinks_is_still_the_providers_figure():
+    class DropsReasoning(Provider):
+        # A chat template that drops earlier assistant turns once a new user turn follows.
+        def count_messages(self, messages):
+            kept = [m for i, m in enumerate(messages)
+                    if m["role"] != "assistant" or i == len(messages) - 1]
+            return super().count_messages(kept)
+
+    local = DropsReasoning(words, "drops")
+    counter = usage_anchored(local)
+    counter.record(CHAT[:3], local.count_messages(CHAT[:3]) + 7)
+    found = counter.count_input(CHAT)
+    assert found == InputCount(local.count_messages(CHAT) + 7, True,
+                               local.count_messages(CHAT[:3]) + 7)
+
+
 def test_what_cannot_be_keyed_is_not_recorded_and_nothing_the_caller_gave_changes():
     counter = usage_anchored(words)
     given = copy.deepcopy(CHAT)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import numbers
 from typing import Any
 
+from ..counters._cached import CachedCounter
 from ..counters._usage import UsageAnchoredCounter
 from ..report import ContextResult
 
@@ -18,20 +19,23 @@ __all__ = ["anchored_counter", "record_usage"]
 
 
 def anchored_counter(prepared: Any) -> UsageAnchoredCounter | None:
-    """The usage-anchored counter a prepared policy counts with, or ``None``."""
+    """The usage-anchored counter a prepared policy counts with (itself, or inside
+    :func:`~contextpolicy.counters.cached`), or ``None``."""
     counter = getattr(prepared, "counter", None)
     source = getattr(counter, "source", counter)
+    source = getattr(source, "inner", source) if isinstance(source, CachedCounter) else source
     return source if isinstance(source, UsageAnchoredCounter) else None
 
 
 def record_usage(counter: UsageAnchoredCounter | None, result: ContextResult | None,
                  input_tokens: Any) -> bool:
-    """Record ``input_tokens`` (a framework's reported usage; anything but an int >= 0 is no
-    report and is skipped) as the count of ``result.input``; whether it was recorded."""
+    """Record ``input_tokens`` (a framework's reported usage; anything but an int > 0 is no
+    report and is skipped: a provider that sent no usage leaves 0 or nothing) as the count of
+    ``result.input``; whether it was recorded."""
     if counter is None or result is None:
         return False
     if isinstance(input_tokens, bool) or not isinstance(input_tokens, numbers.Integral):
         return False
-    if int(input_tokens) < 0:
+    if int(input_tokens) <= 0:
         return False
     return counter.record(result.input, int(input_tokens))

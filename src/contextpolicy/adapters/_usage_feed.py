@@ -27,7 +27,9 @@ __all__ = ["CallFeed", "Pending", "StateFeed", "langchain_input_tokens", "run_ho
 
 
 class Pending:
-    """A bounded map (the oldest entries go first): what was sent, until its usage comes."""
+    """A bounded map (the oldest entries go first): what was sent, until its usage comes. A key
+    put twice before it is taken pairs nothing (two requests in flight under one id: which
+    answer is whose cannot be known)."""
 
     __slots__ = ("_items", "size")
 
@@ -36,12 +38,16 @@ class Pending:
         self._items: OrderedDict[Hashable, Any] = OrderedDict()
 
     def put(self, key: Hashable, value: Any) -> None:
-        self._items[key] = value
+        self._items[key] = _CLASH if key in self._items else value
         while len(self._items) > self.size:
             self._items.popitem(last=False)
 
     def pop(self, key: Hashable) -> Any:
-        return self._items.pop(key, None)
+        value = self._items.pop(key, None)
+        return None if value is _CLASH else value
+
+
+_CLASH = object()  # a key two requests were put under
 
 
 def langchain_input_tokens(response: Any) -> Any:
@@ -117,7 +123,7 @@ class CallFeed:
             return False
         usage = getattr(response, "usage", None)
         requests = getattr(usage, "requests", 1)
-        if isinstance(requests, int) and requests > 1:  # several requests' sum
+        if isinstance(requests, int) and requests != 1:  # several requests' sum, or none
             return False
         return record_usage(self.counter, entry[1], getattr(usage, "input_tokens", None))
 

@@ -147,6 +147,13 @@ class _Reducer(LastResult):
         self.is_async = any(is_async_callable(h) for h in self.prepared.handlers.values())
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.last_result: ContextResult | None = None
+        self.feed: CallFeed | None = None  # a usage-anchored counter's feed, when there is one
+
+    def _sent(self, items: list[Any], result: ContextResult) -> list[Any]:
+        # Paired with this call's own result: another thread may have set last_result since.
+        if self.feed is not None:
+            self.feed.given(items, result)
+        return items
 
     def reduce(self, instructions: str | None, items: Sequence[Any], *,
                question: bool, tools: str | None = None) -> list[Any]:
@@ -156,10 +163,10 @@ class _Reducer(LastResult):
             stable = self.stable.process(messages, instructions=instructions, question=question,
                                          path="input" if question else "items", tools=tools)
             self.last_result = stable
-            return traced_items(stable, skip, messages, back)
+            return self._sent(traced_items(stable, skip, messages, back), stable)
         result = process_context(_plan(instructions, messages, question, tools), self.prepared)
         self.last_result = result
-        return kept_items(result, skip, messages, back)
+        return self._sent(kept_items(result, skip, messages, back), result)
 
     async def areduce(self, instructions: str | None, items: Sequence[Any], *,
                       question: bool, tools: str | None = None) -> list[Any]:
@@ -171,11 +178,11 @@ class _Reducer(LastResult):
                                                 path="input" if question else "items",
                                                 tools=tools)
             self.last_result = stable
-            return traced_items(stable, skip, messages, back)
+            return self._sent(traced_items(stable, skip, messages, back), stable)
         result = await aprocess_context(_plan(instructions, messages, question, tools),
                                         self.prepared)
         self.last_result = result
-        return kept_items(result, skip, messages, back)
+        return self._sent(kept_items(result, skip, messages, back), result)
 
 
 class _Reports:
@@ -230,6 +237,7 @@ class ContextPolicyInputFilter(_Reports):
         self._reducer = _Reducer(policy, counter, handlers, cut, store)
         usage = anchored_counter(self._reducer.prepared)
         self._feed = CallFeed(usage) if usage is not None else None
+        self._reducer.feed = self._feed
         self._hooks: Any = None
 
     @property
@@ -256,15 +264,11 @@ class ContextPolicyInputFilter(_Reports):
             return self._afilter(model_data, tools)
         kept = self._reducer.reduce(model_data.instructions, model_data.input, question=True,
                                     tools=tools)
-        if self._feed is not None:  # the result these very items came from
-            self._feed.given(kept, self._reducer.last_result)
         return self._reducer.model_input_data(input=kept, instructions=model_data.instructions)
 
     async def _afilter(self, model_data: ModelInputData, tools: str | None) -> ModelInputData:
         kept = await self._reducer.areduce(model_data.instructions, model_data.input,
                                            question=True, tools=tools)
-        if self._feed is not None:
-            self._feed.given(kept, self._reducer.last_result)
         return self._reducer.model_input_data(input=kept, instructions=model_data.instructions)
 
     def __repr__(self) -> str:

@@ -104,6 +104,19 @@ class CachedChatCounter(CachedCounter):
                              f"{_name_of(self.inner)}: count_messages")
 
 
+class CachedInputCounter(CachedChatCounter):
+    """A :class:`CachedChatCounter` over a counter that says what measured each input figure
+    (``count_input``: :func:`~contextpolicy.counters.usage_anchored`), which it passes on."""
+
+    __slots__ = ("count_input",)
+
+    def __init__(self, inner: Any, count_text: Callable[[str], Any],
+                 count_messages: Callable[[list[dict[str, Any]]], Any], max_entries: int,
+                 ) -> None:
+        super().__init__(inner, count_text, count_messages, max_entries)
+        self.count_input = inner.count_input
+
+
 def _unpickled(inner: Any, max_entries: int) -> CachedCounter:
     return cached(inner, max_entries=max_entries)
 
@@ -147,6 +160,8 @@ def cached(counter: Any, *, max_entries: int = 65536) -> CachedCounter:
             "count_text must be synchronous", path="counter", code="invalid-counter"
         )
     count_messages = getattr(counter, "count_messages", None)
+    if callable(count_messages) and callable(getattr(counter, "count_input", None)):
+        return CachedInputCounter(counter, count_text, count_messages, max_entries)
     if callable(count_messages):
         return CachedChatCounter(counter, count_text, count_messages, max_entries)
     return CachedCounter(counter, count_text, max_entries)

@@ -29,8 +29,9 @@ from ._base import exact_text
 
 __all__ = ["InputCount", "UsageAnchoredCounter", "estimate", "usage_anchored"]
 
-# Version 2: no references between objects (version 3 marks an object met twice, which depends
-# on how many references it has), so equal content always writes equal bytes.
+# Version 2: no references between objects (version 3 on marks an object met twice, which
+# depends on how many references it has: a string held by one dict and the same string shared
+# with a copy write different bytes), so equal content always writes equal bytes.
 _VERSION = 2
 
 
@@ -88,20 +89,26 @@ def estimate(chars_per_token: float = 4.0) -> EstimateCounter:
     return EstimateCounter(float(chars_per_token))
 
 
-def _message_keys(messages: Sequence[Any], limit: int) -> list[bytes]:
+def _message_keys(messages: list[Any], limit: int) -> list[bytes]:
     """The key of each prefix of ``messages`` up to ``limit`` messages (``keys[i]``: the first
     ``i + 1``), stopping at the first message that holds anything but Python's own types."""
     keys: list[bytes] = []
     digest = hashlib.blake2b(digest_size=20)
-    for message in messages[:limit]:
+    for message in list.__getitem__(messages, slice(0, limit)):
         try:
             data = marshal.dumps(message, _VERSION)
-        except (ValueError, RecursionError):
+        except (ValueError, RecursionError, MemoryError):
             break
         digest.update(b"%d:" % len(data))
         digest.update(data)
         keys.append(digest.copy().digest())
     return keys
+
+
+class _Anchor(NamedTuple):
+    length: int  # messages of the input reported
+    reported: int  # the provider's input tokens for it
+    local: int | None  # the local counter's count of it, for a counter that frames messages
 
 
 class UsageAnchoredCounter:
@@ -111,9 +118,10 @@ class UsageAnchoredCounter:
     trims and targets weigh); ``count_messages`` and ``count_input`` count a whole input from the
     longest reported input it starts with. ``record(messages, input_tokens)`` adds a report;
     the adapters call it with what they sent and the usage their framework gives back.
-    ``name`` is ``"usage+<local name>"``; ``exact`` is the local counter's (per text), while
-    each input figure says its own (:class:`InputCount`). Up to ``max_anchors`` reports are
-    kept (the least recently used go first); safe to share between threads.
+    ``name`` is ``"usage+<local name>"``; ``exact`` is true only for an exact local counter
+    that frames messages (then every whole-input figure is measured); each input figure says
+    its own (:class:`InputCount`). Up to ``max_anchors`` reports are kept (the least recently
+    used go first); safe to share between threads.
     """
 
     def __init__(self, local: Any, max_anchors: int = 1024) -> None:
@@ -121,9 +129,9 @@ class UsageAnchoredCounter:
 
         self.local = TokenCounter(local)
         self.name = f"usage+{self.local.name}"
-        self.exact = self.local.exact is True
+        self.exact = self.local.exact is True and self.local.counts_messages
         self.max_anchors = max_anchors
-        self._anchors: OrderedDict[bytes, tuple[int, int]] = OrderedDict()  # key -> (n, tokens)
+        self._anchors: OrderedDict[bytes, _Anchor] = OrderedDict()
         self._lengths: dict[int, int] = {}  # message count -> anchors of that length
         self._lock = threading.Lock()
         self._framing = 0.0  # tokens the provider adds around a message, as last learned
@@ -145,30 +153,39 @@ class UsageAnchoredCounter:
         """Tokens of a model input, and what measured them: the longest reported input it starts
         with, plus what came after counted by the local counter (the difference of its counts
         of the whole and of the prefix when it frames messages, so framing is counted once)."""
-        if type(messages) is not list:
+        return self.count_before(messages, len(messages) if type(messages) is list else 0)
+
+    def count_before(self, messages: list[dict[str, Any]], longest: int) -> InputCount:
+        """:meth:`count_input` from reports of inputs of at most ``longest`` messages."""
+        if not isinstance(messages, list):
             raise ContextPolicyError(
                 f"expected a list of messages, got {type(messages).__name__}", path="messages",
                 code="invalid-input",
             )
-        found = self._longest(messages, len(messages))
+        if type(messages) is not list:
+            messages = list.copy(messages)
+        found = self._longest(messages, longest)
         local = self.local
         if found is None:
             return InputCount(local.count_messages(messages), self.exact, None)
-        n, reported = found
+        n, reported = found.length, found.reported
         if n == len(messages):
             return InputCount(reported, True, reported)
-        if local.counts_messages:
-            rest = max(0, local.count_messages(messages) - local.count_messages(messages[:n]))
-            return InputCount(reported + rest, self.exact, reported)
-        # An exact counter of texts sees no framing: each message since adds what the provider's
-        # reports showed a message's framing to be (learned, so the figure is estimated). An
-        # estimating counter learns nothing: what it misses is its estimate, not framing.
-        rest = local.count_messages(messages[n:]) + round(self._framing * (len(messages) - n))
-        return InputCount(reported + max(0, rest), False, reported)
+        if found.local is not None:  # a counter that frames messages: its difference
+            tokens = reported + local.count_messages(messages) - found.local
+            exact = self.exact
+        else:
+            # An exact counter of texts sees no framing: each message since adds what the
+            # provider's reports showed a message's framing to be (learned, so the figure is
+            # estimated). An estimate learns nothing: what it misses is its own error.
+            tokens = reported + local.count_messages(messages[n:]) + round(
+                self._framing * (len(messages) - n))
+            exact = False
+        return InputCount(max(0, tokens), exact and tokens >= 0, reported)
 
-    def _longest(self, messages: list[Any], below: int) -> tuple[int, int] | None:
-        """``(n, reported)`` of the longest reported input of at most ``below`` messages that
-        ``messages`` starts with, or ``None``."""
+    def _longest(self, messages: list[Any], below: int) -> _Anchor | None:
+        """The longest reported input of at most ``below`` messages that ``messages`` starts
+        with, or ``None``."""
         with self._lock:
             lengths = sorted((n for n in self._lengths if n <= below), reverse=True)
         if not lengths or lengths[-1] > len(messages):
@@ -183,6 +200,12 @@ class UsageAnchoredCounter:
                         return anchor
         return None
 
+    def as_of_each_call(self) -> _AsOfEachCall:
+        """This counter as each model call of a replay saw it: an input is counted from reports
+        of shorter inputs only (a report of the input itself came after its call). The stable
+        cut counts with it, so an earlier call replayed decides as it did."""
+        return _AsOfEachCall(self)
+
     # -- what the adapters call --------------------------------------------------------------
 
     def record(self, messages: Sequence[Any], input_tokens: Any) -> bool:
@@ -190,37 +213,37 @@ class UsageAnchoredCounter:
         was ``messages`` (the model input as the library assembled it: ``result.input``).
 
         Returns whether it was kept: an input holding anything but Python's own types cannot be
-        keyed and is not (its later inputs are then counted by the local counter). A report
-        that is not an int >= 0 is a :class:`ContextPolicyError`."""
-        if isinstance(input_tokens, bool) or not isinstance(input_tokens, numbers.Integral) \
-                or int(input_tokens) < 0:
-            raise ContextPolicyError(
-                f"expected the reported input tokens as an int >= 0, got {input_tokens!r}",
-                path="input_tokens", code="expected-integer",
-            )
+        keyed and is not (its later inputs are then counted by the local counter), and 0 tokens
+        for a non-empty input is no report (a provider that sent no usage). A report that is
+        not an int >= 0 is a :class:`ContextPolicyError`."""
+        tokens = _reported(input_tokens)
         if isinstance(messages, (str, bytes)) or not isinstance(messages, Sequence):
             raise ContextPolicyError(
                 f"expected the list of messages that was sent, got {type(messages).__name__}",
                 path="messages", code="invalid-input",
             )
-        if not messages:
-            return False
         from ..content import plain_copy
 
-        sent = plain_copy(list(messages))
+        given = list.copy(messages) if isinstance(messages, list) else list(messages)
+        if not given or tokens == 0:
+            return False
+        sent = plain_copy(given)
         keys = _message_keys(sent, len(sent))
         if len(keys) != len(sent):
             return False
-        key, n = keys[-1], len(sent)
-        if self.exact and not self.local.counts_messages:
-            self._learn_framing(sent, int(input_tokens))
+        local = self.local
+        if local.exact is True and not local.counts_messages:
+            self._learn_framing(sent, tokens)
+        anchor = _Anchor(len(sent), tokens,
+                         local.count_messages(sent) if local.counts_messages else None)
         with self._lock:
+            key = keys[-1]
             if key not in self._anchors:
-                self._lengths[n] = self._lengths.get(n, 0) + 1
-            self._anchors[key] = (n, int(input_tokens))
+                self._lengths[anchor.length] = self._lengths.get(anchor.length, 0) + 1
+            self._anchors[key] = anchor
             self._anchors.move_to_end(key)
             while len(self._anchors) > self.max_anchors:
-                gone, _ = self._anchors.popitem(last=False)[1]
+                gone = self._anchors.popitem(last=False)[1].length
                 left = self._lengths[gone] - 1
                 if left:
                     self._lengths[gone] = left
@@ -235,9 +258,9 @@ class UsageAnchoredCounter:
         found = self._longest(sent, len(sent) - 1)
         if found is None:
             return
-        n, before = found
+        n = found.length
         texts = self.local.count_messages(sent[n:])
-        self._framing = (reported - before - texts) / (len(sent) - n)
+        self._framing = (reported - found.reported - texts) / (len(sent) - n)
 
     @property
     def anchors(self) -> int:
@@ -245,13 +268,46 @@ class UsageAnchoredCounter:
         return len(self._anchors)
 
     def clear(self) -> None:
-        """Forget every report."""
+        """Forget every report, and the framing learned from them."""
         with self._lock:
             self._anchors.clear()
             self._lengths = {}
+            self._framing = 0.0
 
     def __repr__(self) -> str:
         return f"<{self.name}: {len(self._anchors)} reported inputs>"
+
+
+class _AsOfEachCall:
+    """A :class:`UsageAnchoredCounter` seen as each call saw it (``as_of_each_call``)."""
+
+    def __init__(self, counter: UsageAnchoredCounter) -> None:
+        self.counter = counter
+        self.name, self.exact = counter.name, counter.exact
+        self.count_text = counter.count_text
+        if hasattr(counter, "count_texts"):
+            self.count_texts = counter.count_texts
+
+    def count_messages(self, messages: list[dict[str, Any]]) -> int:
+        return self.count_input(messages).tokens
+
+    def count_input(self, messages: list[dict[str, Any]]) -> InputCount:
+        n = len(messages) if type(messages) is list else 0
+        return self.counter.count_before(messages, n - 1)
+
+
+def _reported(value: Any) -> int:
+    if not isinstance(value, bool) and isinstance(value, numbers.Integral):
+        try:
+            tokens = int(value)
+        except Exception:  # an Integral whose int() fails is no figure
+            tokens = -1
+        if tokens >= 0:
+            return tokens
+    raise ContextPolicyError(
+        f"expected the reported input tokens as an int >= 0, got {value!r}",
+        path="input_tokens", code="expected-integer",
+    )
 
 
 def usage_anchored(local: Any, *, max_anchors: int = 1024) -> UsageAnchoredCounter:
