@@ -174,4 +174,5 @@ def fused_report_json(
                      for w in raw.warnings],
         "audit": None,
         "counter": None,
+        "counterExact": None,
     }

@@ -218,6 +218,10 @@ class ContextReport(ReportModel):
     audit: AuditReport | None = None
     counter: str | None = None
     """The name of the token counter the figures were counted with (``None``: no tokens)."""
+    counter_exact: bool | None = None
+    """Whether that counter's own figures (each fragment's and step's tokens) are the
+    tokenizer's, not an estimate (``None``: no tokens). The totals say their own:
+    ``before.tokens_exact``, ``after.tokens_exact``."""
 
 
 @dataclass(frozen=True)
@@ -377,9 +381,9 @@ class ReportData:
     """A :class:`ContextReport` as plain measured records (the same attributes, with
     :class:`Totals` for ``before``/``after`` and tuples for ``fragments``)."""
 
-    __slots__ = ("after", "audit", "before", "counter", "fragments", "implementation", "kernel",
-                 "missed_reason", "mode", "steps", "target", "target_reached", "trigger",
-                 "triggered", "warnings")
+    __slots__ = ("after", "audit", "before", "counter", "counter_exact", "fragments",
+                 "implementation", "kernel", "missed_reason", "mode", "steps", "target",
+                 "target_reached", "trigger", "triggered", "warnings")
 
     def __init__(
         self, *, mode: str, kernel: str, implementation: str, triggered: bool,
@@ -387,13 +391,14 @@ class ReportData:
         target: tuple[int | None, int | None] | None, before: Totals, after: Totals,
         target_reached: bool | None, steps: list[StepReport], fragments: list[tuple[Any, ...]],
         warnings: list[PlanWarning], audit: AuditReport | None, counter: str | None = None,
-        missed_reason: str | None = None,
+        missed_reason: str | None = None, counter_exact: bool | None = None,
     ) -> None:
         self.mode, self.kernel, self.implementation = mode, kernel, implementation
         self.triggered, self.trigger, self.target = triggered, trigger, target
         self.before, self.after, self.target_reached = before, after, target_reached
         self.steps, self.fragments, self.warnings, self.audit = steps, fragments, warnings, audit
         self.counter, self.missed_reason = counter, missed_reason
+        self.counter_exact = counter_exact
 
     def model(self) -> ContextReport:
         def mark(w: tuple[int | None, int | None] | None) -> Watermark | None:
@@ -408,6 +413,7 @@ class ReportData:
             "fragments": [built(FragmentUsage, dict(zip(_USAGE_FIELDS, f, strict=True)))
                           for f in self.fragments],
             "warnings": list(self.warnings), "audit": self.audit, "counter": self.counter,
+            "counter_exact": self.counter_exact,
         })
 
     def json(self) -> dict[str, Any]:
@@ -424,4 +430,5 @@ class ReportData:
             "warnings": [flat_json(w) for w in self.warnings],
             "audit": None if self.audit is None else self.audit.to_json_dict(),
             "counter": self.counter,
+            "counterExact": self.counter_exact,
         }

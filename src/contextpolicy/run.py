@@ -331,6 +331,7 @@ class PolicyRun:
             warnings=found,
             audit=outcome.audit,
             counter=self.counter.name if self.counter is not None else None,
+            counter_exact=None if self.counter is None else self.counter.exact is True,
             missed_reason=missed,
         )
 

@@ -93,6 +93,9 @@ def test_reports_say_what_measured_each_figure():
     by_callable = process_context(plan, {"mode": "validate"}, counter=words).report.before
     none = process_context(plan, {"mode": "validate"}).report.before
     assert (by_exact.tokens_exact, by_exact.tokens_reported) == (True, None)
+    assert report.counter_exact is False and report.to_json_dict()["counterExact"] is False
+    assert process_context(plan, {"mode": "validate"}, counter=exact).report.counter_exact
+    assert process_context(plan, {"mode": "validate"}).report.counter_exact is None
     assert (by_callable.tokens_exact, by_callable.tokens) == (False, by_exact.tokens)
     assert (none.tokens, none.tokens_exact, none.tokens_reported) == (None, None, None)
 
