@@ -153,10 +153,11 @@ class UsageAnchoredCounter:
         """Tokens of a model input, and what measured them: the longest reported input it starts
         with, plus what came after counted by the local counter (the difference of its counts
         of the whole and of the prefix when it frames messages, so framing is counted once)."""
-        return self.count_before(messages, len(messages) if type(messages) is list else 0)
+        return self.count_before(messages, 0)
 
-    def count_before(self, messages: list[dict[str, Any]], longest: int) -> InputCount:
-        """:meth:`count_input` from reports of inputs of at most ``longest`` messages."""
+    def count_before(self, messages: list[dict[str, Any]], shorter: int) -> InputCount:
+        """:meth:`count_input` from reports of inputs at least ``shorter`` messages shorter
+        than ``messages``."""
         if not isinstance(messages, list):
             raise ContextPolicyError(
                 f"expected a list of messages, got {type(messages).__name__}", path="messages",
@@ -164,7 +165,7 @@ class UsageAnchoredCounter:
             )
         if type(messages) is not list:
             messages = list.copy(messages)
-        found = self._longest(messages, longest)
+        found = self._longest(messages, len(messages) - shorter)
         local = self.local
         if found is None:
             return InputCount(local.count_messages(messages), self.exact, None)
@@ -292,8 +293,7 @@ class _AsOfEachCall:
         return self.count_input(messages).tokens
 
     def count_input(self, messages: list[dict[str, Any]]) -> InputCount:
-        n = len(messages) if type(messages) is list else 0
-        return self.counter.count_before(messages, n - 1)
+        return self.counter.count_before(messages, 1)
 
 
 def _reported(value: Any) -> int:
