@@ -27,6 +27,7 @@ from google.genai import types
 
 from contextpolicy.adapters.google_adk import context_policy_callback
 from contextpolicy.counters import usage_anchored
+from tests.support.usage_replay import FramedCounter
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -93,32 +94,24 @@ def block_words(block: dict[str, Any]) -> int:
     return words(block.get("text") or block.get("thinking") or "")
 
 
-class Words:
-    """The local counter: the words of a text; 3 and the words of each chat message (the
-    provider's tokenizer without its overhead)."""
-
-    name = "words"
-    exact = True
-
-    def count_text(self, text: str) -> int:
-        return words(text)
-
-    def count_messages(self, messages: list[dict[str, Any]]) -> int:
-        total = 0
-        for m in messages:
-            content = m.get("content")
-            total += 3 + (words(content) if isinstance(content, str)
-                          else sum(block_words(b) for b in content or []))
-        return total
+def chat_words(messages: list[dict[str, Any]]) -> int:
+    total = 0
+    for m in messages:
+        content = m.get("content")
+        total += 3 + (words(content) if isinstance(content, str)
+                      else sum(block_words(b) for b in content or []))
+    return total
 
 
-class ProviderCounter(Words):
+def local_words() -> FramedCounter:
+    """The local counter: 3 and the words of each chat message (the provider's tokenizer
+    without its overhead)."""
+    return FramedCounter(chat_words)
+
+
+def provider_words() -> FramedCounter:
     """An exact local counter equal to the provider's tokenizer, its overhead included."""
-
-    name = "provider"
-
-    def count_messages(self, messages: list[dict[str, Any]]) -> int:
-        return OVERHEAD + super().count_messages(messages)
+    return FramedCounter(chat_words, OVERHEAD)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -189,7 +182,7 @@ def first_fired(reports: list[Any]) -> int:
 
 @pytest.mark.parametrize("variant", ["stable", "plain", "async"])
 def test_each_call_counts_from_the_previous_calls_reported_usage(variant):
-    counter = usage_anchored(Words())
+    counter = usage_anchored(local_words())
     provider, reports, keep = converse(ASYNC if variant == "async" else policy(NEVER), counter,
                                        cut="plain" if variant == "plain" else "stable")
     assert keep.is_async == (variant == "async")
@@ -211,7 +204,7 @@ def test_each_call_counts_from_the_previous_calls_reported_usage(variant):
 
 
 def test_a_counter_that_is_not_usage_anchored_records_nothing():
-    provider, reports, keep = converse(policy(NEVER), Words(), turns=3)
+    provider, reports, keep = converse(policy(NEVER), local_words(), turns=3)
     assert keep.calls is None
     for report, reported in zip(reports, provider.reported, strict=True):
         assert report.before.tokens_reported is None
@@ -219,7 +212,7 @@ def test_a_counter_that_is_not_usage_anchored_records_nothing():
 
 
 def test_a_callback_called_without_a_session_records_nothing():
-    counter = usage_anchored(Words())
+    counter = usage_anchored(local_words())
     keep = context_policy_callback(policy(NEVER), counter=counter)
     request = LlmRequest(contents=[types.Content(role="user", parts=[types.Part(text="hi")])])
     keep(None, request)
@@ -229,10 +222,10 @@ def test_a_callback_called_without_a_session_records_nothing():
 
 @pytest.mark.parametrize("cut", ["stable", "plain"])
 def test_a_token_trigger_fires_where_the_providers_count_passes_it(cut):
-    anchored, anchored_reports, _ = converse(policy(TRIGGER), usage_anchored(Words()), cut)
-    exact, exact_reports, _ = converse(policy(TRIGGER), ProviderCounter(), cut)
-    _, local_reports, _ = converse(policy(TRIGGER), Words(), cut)
-    whole, _, _ = converse(policy(NEVER), Words(), cut)  # the same calls, never reduced
+    anchored, anchored_reports, _ = converse(policy(TRIGGER), usage_anchored(local_words()), cut)
+    exact, exact_reports, _ = converse(policy(TRIGGER), provider_words(), cut)
+    _, local_reports, _ = converse(policy(TRIGGER), local_words(), cut)
+    whole, _, _ = converse(policy(NEVER), local_words(), cut)  # the same calls, never reduced
 
     passed = next(k for k, n in enumerate(whole.reported) if n > TRIGGER)
     assert first_fired(anchored_reports) == passed == first_fired(exact_reports)

@@ -29,6 +29,7 @@ from contextpolicy.adapters.langchain import (
     to_chat_dicts,
 )
 from contextpolicy.counters import usage_anchored
+from tests.support.usage_replay import FramedCounter
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -61,23 +62,14 @@ def framed(dicts: list[dict]) -> int:
     return total
 
 
-class FramedWords:
-    name, exact = "framed-words", True
-
-    def count_text(self, text: str) -> int:
-        return len(text.split())
-
-    def count_messages(self, messages: list[dict]) -> int:
-        return framed(messages)
+def local_words() -> FramedCounter:
+    """The local counter: ``framed``, the provider's tokenizer without its overhead."""
+    return FramedCounter(framed)
 
 
-class Provider(FramedWords):
-    """The provider's tokenizer as an exact local counter: what it reports, counted."""
-
-    name = "provider"
-
-    def count_messages(self, messages: list[dict]) -> int:
-        return framed(messages) + HIDDEN
+def provider_words() -> FramedCounter:
+    """The provider's own count: ``framed`` plus ``HIDDEN``."""
+    return FramedCounter(framed, HIDDEN)
 
 
 TOOLS = {"role": "system", "content": json.dumps(
@@ -149,7 +141,7 @@ def run_agent(counter: Any, turns: int = 2, use_async: bool = False, **kwargs: A
 @pytest.mark.parametrize("use_async", [False, True], ids=["invoke", "ainvoke"])
 @pytest.mark.parametrize("cut", ["stable", "plain"])
 def test_ephemeral_counts_each_call_from_the_previous_report(use_async, cut):
-    model, reports = run_agent(usage_anchored(FramedWords()), use_async=use_async, cut=cut)
+    model, reports = run_agent(usage_anchored(local_words()), use_async=use_async, cut=cut)
     assert len(reports) == len(model.reported) == 4
     first = reports[0].before
     assert first.tokens_reported is None and first.tokens == model.reported[0] - HIDDEN
@@ -161,14 +153,14 @@ def test_ephemeral_counts_each_call_from_the_previous_report(use_async, cut):
 
 
 def test_a_counter_that_is_not_anchored_records_nothing():
-    model, reports = run_agent(FramedWords())
+    model, reports = run_agent(local_words())
     assert [r.before.tokens_reported for r in reports] == [None] * 4
     assert [r.before.tokens for r in reports] == [c - HIDDEN for c in model.reported]
-    assert ContextPolicyMiddleware(policy(), counter=FramedWords())._usage is None
+    assert ContextPolicyMiddleware(policy(), counter=local_words())._usage is None
 
 
 def test_persist_records_the_answer_that_follows_the_persisted_state():
-    counter = usage_anchored(FramedWords())
+    counter = usage_anchored(local_words())
     model, reports = run_agent(counter, mode="persist")
     assert reports[0].before.tokens_reported is None
     for k in range(1, 4):
@@ -188,7 +180,7 @@ def test_the_node_records_the_answer_that_follows_the_state_it_left():
 
     graph = StateGraph(MessagesState)
     graph.add_node("policy", context_policy_node(
-        policy(), counter=usage_anchored(FramedWords()), on_report=reports.append))
+        policy(), counter=usage_anchored(local_words()), on_report=reports.append))
     graph.add_node("model", call_model)
     graph.add_edge(START, "policy")
     graph.add_edge("policy", "model")
@@ -210,13 +202,13 @@ def first_fired(reports: list[Any]) -> int | None:
 
 
 def test_a_token_trigger_fires_where_the_providers_count_passes_it():
-    model, _ = run_agent(Provider())  # the provider's own count of each call
+    model, _ = run_agent(provider_words())  # the provider's own count of each call
     counts = model.reported
     assert len(counts) == 4 and counts[1] + 2 < counts[2]
     trigger = counts[1] + 1
     expected = next(k for k, c in enumerate(counts) if c > trigger)
     assert expected == 2
     fired = {name: first_fired(run_agent(counter, policy=policy(trigger))[1]) for name, counter
-             in [("exact", Provider()), ("anchored", usage_anchored(words)), ("local", words)]}
+             in [("exact", provider_words()), ("anchored", usage_anchored(words)), ("local", words)]}
     assert fired["exact"] == fired["anchored"] == expected
     assert fired["local"] != expected  # words alone miss the framing: later, if ever

@@ -24,6 +24,7 @@ from litellm.proxy.utils import ProxyLogging
 
 from contextpolicy.adapters.litellm import ContextPolicyMessages, context_policy_hook
 from contextpolicy.counters import usage_anchored
+from tests.support.usage_replay import FramedCounter
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -36,26 +37,19 @@ def framed(messages: list[dict]) -> int:
     return sum(3 + len(json.dumps(m, sort_keys=True).split()) for m in messages)
 
 
-class FramedWords:
-    name, exact = "framed-json-words", True
-
-    def count_text(self, text: str) -> int:
-        return len(text.split())
-
-    def count_messages(self, messages: list[dict]) -> int:
-        return framed(messages)
+def local_words() -> FramedCounter:
+    """The local counter: ``framed``, the provider's tokenizer without its overhead."""
+    return FramedCounter(framed)
 
 
-class Provider(FramedWords):
-    name = "provider"
-
-    def count_messages(self, messages: list[dict]) -> int:
-        return framed(messages) + HIDDEN
+def provider_words() -> FramedCounter:
+    """The provider's own count: ``framed`` plus ``HIDDEN``."""
+    return FramedCounter(framed, HIDDEN)
 
 
 def answer(messages: list[dict], n: int) -> litellm.ModelResponse:
     """The provider's response to ``messages``, with its usage."""
-    tokens = Provider().count_messages(messages)
+    tokens = provider_words().count_messages(messages)
     return litellm.ModelResponse(
         choices=[{"message": {"role": "assistant", "content": f"parcel {n} is in transit"}}],
         usage={"prompt_tokens": tokens, "completion_tokens": 4, "total_tokens": tokens + 4})
@@ -84,7 +78,7 @@ def chat(keep: ContextPolicyMessages, calls: int = 4) -> tuple[list[list[dict]],
 
 def test_record_counts_the_next_call_from_the_reported_prompt_tokens():
     sent, reported, reports = chat(ContextPolicyMessages(
-        policy(), counter=usage_anchored(FramedWords())))
+        policy(), counter=usage_anchored(local_words())))
     assert reports[0].before.tokens_reported is None
     assert reports[0].before.tokens == reported[0] - HIDDEN
     for k in range(1, 4):
@@ -94,7 +88,7 @@ def test_record_counts_the_next_call_from_the_reported_prompt_tokens():
 
 
 def test_nothing_is_recorded_without_an_anchored_counter():
-    keep = ContextPolicyMessages(policy(), counter=FramedWords())
+    keep = ContextPolicyMessages(policy(), counter=local_words())
     _, reported, reports = chat(keep)
     assert [r.before.tokens_reported for r in reports] == [None] * 4
     assert [r.before.tokens for r in reports] == [c - HIDDEN for c in reported]
@@ -106,7 +100,7 @@ def words(text: str) -> int:
 
 
 def test_a_token_trigger_fires_where_the_providers_count_passes_it():
-    counts = chat(ContextPolicyMessages(policy(), counter=Provider()))[1]
+    counts = chat(ContextPolicyMessages(policy(), counter=provider_words()))[1]
     assert counts[1] + 2 < counts[2]
     trigger = counts[1] + 1
     expected = next(k for k, c in enumerate(counts) if c > trigger)
@@ -115,13 +109,13 @@ def test_a_token_trigger_fires_where_the_providers_count_passes_it():
         reports = chat(ContextPolicyMessages(policy(trigger), counter=counter))[2]
         return next((k for k, r in enumerate(reports) if r.triggered), None)
 
-    assert fired(Provider()) == fired(usage_anchored(words)) == expected == 2
+    assert fired(provider_words()) == fired(usage_anchored(words)) == expected == 2
     assert fired(words) != expected  # words alone miss the framing: later, if ever
 
 
 def test_the_proxy_records_each_response_for_its_request():
     reports: list = []
-    hook = context_policy_hook(policy(), counter=usage_anchored(FramedWords()),
+    hook = context_policy_hook(policy(), counter=usage_anchored(local_words()),
                                on_report=lambda result, data: reports.append(result.report))
     before = list(litellm.callbacks)
     litellm.callbacks = [hook]

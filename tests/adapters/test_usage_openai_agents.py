@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from contextpolicy.adapters.openai_agents import context_policy_input_filter
 from contextpolicy.counters import usage_anchored
+from tests.support.usage_replay import FramedCounter
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -56,25 +57,18 @@ def framed(messages: list[dict]) -> int:
     return sum(3 + len(json.dumps(m, sort_keys=True).split()) for m in messages)
 
 
+def local_words() -> FramedCounter:
+    """The local counter: ``framed``, the provider's tokenizer without its overhead."""
+    return FramedCounter(framed)
+
+
+def provider_words() -> FramedCounter:
+    """The provider's own count: ``framed`` plus ``HIDDEN``."""
+    return FramedCounter(framed, HIDDEN)
+
+
 def as_dict(item: Any) -> dict:
     return item.model_dump(exclude_unset=True) if isinstance(item, BaseModel) else dict(item)
-
-
-class FramedWords:
-    name, exact = "framed-json-words", True
-
-    def count_text(self, text: str) -> int:
-        return len(text.split())
-
-    def count_messages(self, messages: list[dict]) -> int:
-        return framed(messages)
-
-
-class Provider(FramedWords):
-    name = "provider"
-
-    def count_messages(self, messages: list[dict]) -> int:
-        return framed(messages) + HIDDEN
 
 
 class ReportingModel(Model):
@@ -87,7 +81,7 @@ class ReportingModel(Model):
                            **kwargs: Any) -> ModelResponse:
         items = [as_dict(i) for i in input]
         self.sent.append(items)
-        self.reported.append(Provider().count_messages([
+        self.reported.append(provider_words().count_messages([
             {"role": "system", "content": system_instructions},
             {"role": "system", "content": TOOLS}, *items]))
         uid, n = next(_ids), len(self.sent)
@@ -142,7 +136,7 @@ def run_agent(counter: Any, trigger: int = 10**6, turns: int = 2, requests: int 
 
 
 def test_each_call_is_counted_from_the_previous_report():
-    model, reports = run_agent(usage_anchored(FramedWords()))
+    model, reports = run_agent(usage_anchored(local_words()))
     assert len(reports) == len(model.reported) == 4
     assert reports[0].before.tokens_reported is None
     assert reports[0].before.tokens == model.reported[0] - HIDDEN
@@ -155,11 +149,11 @@ def test_each_call_is_counted_from_the_previous_report():
 
 
 def test_nothing_is_recorded_without_an_anchored_counter_or_for_several_requests():
-    model, reports = run_agent(FramedWords())
+    model, reports = run_agent(local_words())
     assert [r.before.tokens_reported for r in reports] == [None] * 4
     assert [r.before.tokens for r in reports] == [c - HIDDEN for c in model.reported]
     # A response that sums several requests counts no one input.
-    _, reports = run_agent(usage_anchored(FramedWords()), requests=2)
+    _, reports = run_agent(usage_anchored(local_words()), requests=2)
     assert [r.before.tokens_reported for r in reports] == [None] * 4
 
 
@@ -168,7 +162,7 @@ def words(text: str) -> int:
 
 
 def test_a_token_trigger_fires_where_the_providers_count_passes_it():
-    counts = run_agent(Provider())[0].reported
+    counts = run_agent(provider_words())[0].reported
     assert counts[1] + 2 < counts[2]
     trigger = counts[1] + 1
     expected = next(k for k, c in enumerate(counts) if c > trigger)
@@ -177,5 +171,5 @@ def test_a_token_trigger_fires_where_the_providers_count_passes_it():
         reports = run_agent(counter, trigger)[1]
         return next((k for k, r in enumerate(reports) if r.triggered), None)
 
-    assert fired(Provider()) == fired(usage_anchored(words)) == expected == 2
+    assert fired(provider_words()) == fired(usage_anchored(words)) == expected == 2
     assert fired(words) != expected  # words alone miss the framing: later, if ever

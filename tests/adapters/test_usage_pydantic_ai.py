@@ -23,6 +23,7 @@ from pydantic_ai.usage import RequestUsage
 
 from contextpolicy.adapters.pydantic_ai import ContextPolicyCapability, ContextPolicyProcessor
 from contextpolicy.counters import usage_anchored
+from tests.support.usage_replay import FramedCounter
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -85,27 +86,19 @@ def dict_words(message: dict[str, Any]) -> int:
     return sum(words(t) for t in texts)
 
 
-class Words:
-    """The local counter: the words of a text; 3 and the words of each chat message (the
-    provider's tokenizer without its overhead)."""
-
-    name = "words"
-    exact = True
-
-    def count_text(self, text: str) -> int:
-        return words(text)
-
-    def count_messages(self, messages: list[dict[str, Any]]) -> int:
-        return sum(3 + dict_words(m) for m in messages)
+def chat_words(messages: list[dict[str, Any]]) -> int:
+    return sum(3 + dict_words(m) for m in messages)
 
 
-class ProviderCounter(Words):
+def local_words() -> FramedCounter:
+    """The local counter: 3 and the words of each chat message (the provider's tokenizer
+    without its overhead)."""
+    return FramedCounter(chat_words)
+
+
+def provider_words() -> FramedCounter:
     """An exact local counter equal to the provider's tokenizer, its overhead included."""
-
-    name = "provider"
-
-    def count_messages(self, messages: list[dict[str, Any]]) -> int:
-        return OVERHEAD + super().count_messages(messages)
+    return FramedCounter(chat_words, OVERHEAD)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -166,7 +159,7 @@ def first_fired(reports: list[Any]) -> int:
 
 @pytest.mark.parametrize("front", ["processor", "areduce", "capability"])
 def test_each_call_counts_from_the_previous_calls_reported_usage(front):
-    counter = usage_anchored(Words())
+    counter = usage_anchored(local_words())
     provider, reports, adapter = converse(front, policy(10**6), counter)
 
     first = reports[0].before
@@ -187,7 +180,7 @@ def test_each_call_counts_from_the_previous_calls_reported_usage(front):
 
 @pytest.mark.parametrize("front", ["processor", "capability"])
 def test_a_counter_that_is_not_usage_anchored_records_nothing(front):
-    provider, reports, adapter = converse(front, policy(10**6), Words(), turns=3)
+    provider, reports, adapter = converse(front, policy(10**6), local_words(), turns=3)
     assert adapter._reducer.sent is None
     for report, reported in zip(reports, provider.reported, strict=True):
         assert report.before.tokens_reported is None
@@ -196,11 +189,11 @@ def test_a_counter_that_is_not_usage_anchored_records_nothing(front):
 
 @pytest.mark.parametrize("front", ["processor", "capability"])
 def test_a_token_trigger_fires_where_the_providers_count_passes_it(front):
-    anchored, anchored_reports, _ = converse(front, policy(TRIGGER), usage_anchored(Words()))
-    exact, exact_reports, _ = converse(front, policy(TRIGGER), ProviderCounter())
-    _, local_reports, _ = converse(front, policy(TRIGGER), Words())
+    anchored, anchored_reports, _ = converse(front, policy(TRIGGER), usage_anchored(local_words()))
+    exact, exact_reports, _ = converse(front, policy(TRIGGER), provider_words())
+    _, local_reports, _ = converse(front, policy(TRIGGER), local_words())
 
-    whole, _, _ = converse(front, policy(10**6), Words())  # the same calls, never reduced
+    whole, _, _ = converse(front, policy(10**6), local_words())  # the same calls, never reduced
     passed = next(k for k, n in enumerate(whole.reported) if n > TRIGGER)
     assert first_fired(anchored_reports) == passed == first_fired(exact_reports)
     # Call for call, the same decisions, the same inputs sent, the same figures after the first.

@@ -37,6 +37,24 @@ class Provider:
         return self._pieces.count_messages(messages) + FRAME * len(messages) + HIDDEN
 
 
+class FramedCounter:
+    """The adapters' tests' fake tokenizer, exact: the words of a text, and ``framed(messages)``
+    plus ``overhead`` tokens for a message list. With no overhead it is the local counter; with
+    the overhead a provider adds (what no local counter sees) it is the provider's own count."""
+
+    exact = True
+
+    def __init__(self, framed: Callable[[list[dict[str, Any]]], int], overhead: int = 0) -> None:
+        self.framed, self.overhead = framed, overhead
+        self.name = "provider" if overhead else "framed-words"
+
+    def count_text(self, text: str) -> int:
+        return len(text.split())
+
+    def count_messages(self, messages: list[dict[str, Any]]) -> int:
+        return self.framed(messages) + self.overhead
+
+
 def token_policy(trigger: int) -> dict[str, Any]:
     """A token trigger at ``trigger``, the history trimmed by user turn."""
     return {"mode": "reduce", "triggerTokens": trigger, "targetInputTokens": trigger // 2,
