@@ -236,6 +236,16 @@ def test_what_cannot_be_keyed_is_not_recorded_and_nothing_the_caller_gave_change
     assert info.value.issues[0].code == "invalid-input"
     with pytest.raises(ContextPolicyError):
         counter.count_input(tuple(CHAT))  # type: ignore[arg-type]
+
+    class Lying(list):
+        def __iter__(self):
+            return iter([])
+
+        def __len__(self):
+            return 0
+
+    # A list subclass is read from its storage, whatever its methods say.
+    assert counter.count_input(Lying(CHAT)) == InputCount(10, True, 10)
     with pytest.raises(ContextPolicyError):
         usage_anchored(words, max_anchors=0)
 
