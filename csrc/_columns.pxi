@@ -184,10 +184,19 @@ cdef _find_numpy_handler():
     _numpy_set_handler = <_set_handler_t>table[304]
 
 
-try:
-    _find_numpy_handler()
-except Exception:  # no handler API: arrays are numpy's own, as on the twin
-    _numpy_set_handler = NULL
+cdef bint _handler_sought = False
+
+
+cdef _numpy_handler():
+    # Looked for once, when first needed (numpy is imported then, not with the kernel).
+    global _handler_sought, _numpy_set_handler
+    if _handler_sought:
+        return
+    _handler_sought = True
+    try:
+        _find_numpy_handler()
+    except Exception:  # no handler API: arrays are numpy's own, as on the twin
+        _numpy_set_handler = NULL
 
 
 @cython.final
@@ -208,6 +217,7 @@ cdef class pooled_arrays:
         global cp_pool_hugepages
         if self._entered:
             raise RuntimeError("pooled_arrays: this section is already entered")
+        _numpy_handler()
         if _numpy_set_handler != NULL:
             if _numpy_hugepages is not None:
                 cp_pool_hugepages = 1 if _numpy_hugepages() else 0
@@ -233,6 +243,7 @@ cdef class pooled_arrays:
 def pool_stats():
     """The pool's state: ``{"active": bool, "blocks", "bytes", "hits", "misses", "limit"}``
     (blocks and bytes held now; hits and misses: requests of 64 KiB or more since import)."""
+    _numpy_handler()
     return {"active": _numpy_set_handler != NULL, "blocks": cp_pool_count,
             "bytes": cp_pool_bytes, "hits": cp_pool_hits, "misses": cp_pool_misses,
             "limit": CP_POOL_LIMIT}

@@ -35,7 +35,23 @@ import json
 import os
 import types
 
-import numpy as np
+from cpython cimport array as carray
+import array
+
+
+class _Numpy:
+    """numpy, imported on first use: the paths that make no array (a process_context call,
+    lines read as bytes) never pay for importing it. The first attribute read imports numpy and
+    puts the module itself in this name, so later reads find it directly."""
+
+    def __getattr__(self, name):
+        import numpy
+
+        globals()["np"] = numpy
+        return getattr(numpy, name)
+
+
+np = _Numpy()
 
 # The compact JSON of a value that is not of exact built-in types is written by the pure
 # writer, so that the Python code such a value runs runs once, as on the twin (_json.pxi).
@@ -201,6 +217,7 @@ __all__ = [
     "measure_messages",
     "message_text_pieces",
     "line_bounds",
+    "figure_sums",
     "reduce_lines",
     "report_lines",
     "reduce_plan",

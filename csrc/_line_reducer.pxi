@@ -254,11 +254,27 @@ cdef object _flat_bytes(object data):
     return view.cast("B")
 
 
+cdef object _int64_copy(object values):
+    # A private copy of values as int64: a list as array.array does it (no numpy), anything
+    # else as numpy's ascontiguousarray does (the twin's c_int64_copy, alike).
+    if type(values) is list:
+        return array.array("q", values)
+    return np.array(np.ascontiguousarray(values, dtype=np.int64), copy=True)
+
+
+cdef object _int64_zeros(Py_ssize_t n):
+    # n zeros, int64, in an array.array (a buffer numpy is not needed for).
+    return carray.clone(_INT64_TEMPLATE, n, True)
+
+
+cdef carray.array _INT64_TEMPLATE = array.array("q")
+
+
 cdef tuple _line_spans(object starts, object stops, Py_ssize_t size):
     # Where each line lies, checked against a buffer of size bytes, as private copies (read
     # again without the GIL), with the room their outputs take and the longest line's.
-    lo_a = np.array(np.ascontiguousarray(starts, dtype=np.int64), copy=True)
-    hi_a = np.array(np.ascontiguousarray(stops, dtype=np.int64), copy=True)
+    lo_a = _int64_copy(starts)
+    hi_a = _int64_copy(stops)
     cdef const int64_t[::1] lo = lo_a, hi = hi_a
     cdef Py_ssize_t n = lo.shape[0], k, total = 0, longest = 0
     if hi.shape[0] != n:
@@ -271,10 +287,15 @@ cdef tuple _line_spans(object starts, object stops, Py_ssize_t size):
     return lo_a, hi_a, total, longest
 
 
+cdef inline int64_t* _row(int64_t* fig, Py_ssize_t k) noexcept nogil:
+    # line k's figures
+    return fig + k * CP_FIGURE_COUNT
+
+
 cdef int _records_again(_LineReducer r, const uint8_t* p, const int64_t[::1] lo,
                         const int64_t[::1] hi, const uint8_t* missing, Py_ssize_t longest,
                         const int64_t* specs, Py_ssize_t nsteps, int64_t trigger_chars,
-                        int64_t watermark_chars, int64_t[:, ::1] fig, int64_t* steps_rec,
+                        int64_t watermark_chars, int64_t* fig, int64_t* steps_rec,
                         list raws) except -1:
     # The records of the lines of the byte path the template wrote no entry for, from a second
     # reading of each (its output written to a scratch buffer and dropped), into raws.
@@ -287,8 +308,8 @@ cdef int _records_again(_LineReducer r, const uint8_t* p, const int64_t[::1] lo,
         for k in range(lo.shape[0]):
             if missing[k]:
                 _reduce_core(r, r.scan, p, lo[k], hi[k], specs, nsteps, trigger_chars,
-                             watermark_chars, scratch, 0, &fig[k, 0], steps_rec, cuts)
-                raws[k] = _records(r, r.scan, p, nsteps, &fig[k, 0], steps_rec, cuts)
+                             watermark_chars, scratch, 0, _row(fig, k), steps_rec, cuts)
+                raws[k] = _records(r, r.scan, p, nsteps, _row(fig, k), steps_rec, cuts)
     finally:
         free(scratch)
     return 0
@@ -311,12 +332,13 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
     cdef const uint8_t* p = &buf[0] if size else NULL
     cdef int64_t spec[3 * 64]
     cdef int64_t* specs = spec
-    ends_a = np.zeros(n, dtype=np.int64)
-    figures_a = np.zeros((n, SCAN_FIGURES), dtype=np.int64)
-    entry_ends_a = np.zeros(n if reports else 0, dtype=np.int64)
+    cdef carray.array ends_a = _int64_zeros(n)
+    # line k's figures at k * SCAN_FIGURES
+    cdef carray.array figures_a = _int64_zeros(n * CP_FIGURE_COUNT)
+    entry_ends_a = _int64_zeros(n if reports else 0)
     cdef int64_t[::1] ends = ends_a
     cdef int64_t[::1] entry_ends = entry_ends_a
-    cdef int64_t[:, ::1] fig = figures_a
+    cdef int64_t* fig = <int64_t*>figures_a.data.as_longlongs
     cdef list raws = [] if raw else None
     cdef Py_ssize_t at = 0
     cdef _LineReducer r = _LineReducer()
@@ -353,12 +375,12 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
             with nogil:
                 for k in range(n):
                     done_at = _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps,
-                                           trigger_chars, watermark_chars, out, at, &fig[k, 0],
+                                           trigger_chars, watermark_chars, out, at, _row(fig, k),
                                            steps_rec, cuts)
                     if done_at >= 0:
                         at = done_at
                         if reports and not _put_entry(&tp, &entries, r, sc, p, nsteps,
-                                                      &fig[k, 0], steps_rec, cuts):
+                                                      _row(fig, k), steps_rec, cuts):
                             missing[k] = 1
                             any_missing = True
                     ends[k] = at
@@ -367,13 +389,13 @@ cdef tuple _lines(data, starts, stops, tuple steps, int64_t trigger_chars,
         else:
             for k in range(n):
                 done_at = _reduce_core(r, sc, p, lo_a[k], hi_a[k], specs, nsteps,
-                                       trigger_chars, watermark_chars, out, at, &fig[k, 0],
+                                       trigger_chars, watermark_chars, out, at, _row(fig, k),
                                        steps_rec, cuts)
                 if done_at < 0:
                     raws.append(None)
                 else:
                     at = done_at
-                    raws.append(_records(r, sc, p, nsteps, &fig[k, 0], steps_rec, cuts))
+                    raws.append(_records(r, sc, p, nsteps, _row(fig, k), steps_rec, cuts))
                 ends[k] = at
         if reports:
             raws = [None] * n
@@ -416,6 +438,7 @@ def line_bounds(data, Py_ssize_t offset, Py_ssize_t length):
     cdef const uint8_t* p = &buf[0] if size else NULL
     cdef Py_ssize_t end = offset + length, at = offset, stop, i, count = 0, number = 0
     cdef const uint8_t* found
+    cdef carray.array numbers_a, starts_a, stops_a
     # at most one line per newline, and one after the last
     cdef Py_ssize_t cap = 16
     cdef int64_t* lines = <int64_t*>malloc(3 * cap * 8)
@@ -442,14 +465,47 @@ def line_bounds(data, Py_ssize_t offset, Py_ssize_t length):
                 lines[3 * count + 2] = stop
                 count += 1
             at = stop + 1
-        table = np.empty((count, 3), dtype=np.int64)
-        if count:
-            memcpy(_data_of(table), lines, 24 * count)
+        numbers_a, starts_a, stops_a = _int64_zeros(count), _int64_zeros(count), _int64_zeros(
+            count)
+        for i in range(count):
+            numbers_a.data.as_longlongs[i] = lines[3 * i]
+            starts_a.data.as_longlongs[i] = lines[3 * i + 1]
+            stops_a.data.as_longlongs[i] = lines[3 * i + 2]
     finally:
         free(lines)
-    return number, table[:, 0].copy(), table[:, 1].copy(), table[:, 2].copy()
+    return number, numbers_a, starts_a, stops_a
 
 
-cdef void* _data_of(object array) except NULL:
-    cdef int64_t[:, ::1] view = array
-    return <void*>&view[0, 0]
+cdef object _int64_view(object values):
+    # values as a flat buffer of int64 (the twin's _int64_view, with its words)
+    try:
+        view = memoryview(values)
+    except TypeError:
+        raise TypeError("expected a flat buffer of int64, got "
+                        f"{type(values).__name__}") from None
+    if (view.ndim != 1 or view.itemsize != 8 or view.format not in ("q", "l")
+            or not view.c_contiguous):
+        message = (f"expected a flat buffer of int64, got one of format {view.format!r} and "
+                   f"{view.ndim} dimension(s)")
+        view.release()
+        raise ValueError(message)
+    return view
+
+
+def figure_sums(figures, Py_ssize_t start, Py_ssize_t stop):
+    """The sums of the figures of lines ``start`` to ``stop`` of a ``reduce_lines`` result (a
+    list of ``SCAN_FIGURES`` ints; numpy's ``figures.reshape(-1, SCAN_FIGURES)[start:stop]
+    .sum(axis=0)`` without numpy)."""
+    cdef const int64_t[::1] fig = _int64_view(figures)
+    if fig.shape[0] % CP_FIGURE_COUNT:
+        raise ValueError(f"expected {SCAN_FIGURES} figures per line, got {fig.shape[0]} in all")
+    if not 0 <= start <= stop <= fig.shape[0] // CP_FIGURE_COUNT:
+        raise ValueError(f"lines {start}..{stop} lie outside the "
+                         f"{fig.shape[0] // CP_FIGURE_COUNT} lines")
+    cdef int64_t sums[CP_FIGURE_COUNT]
+    cdef Py_ssize_t k, j
+    memset(sums, 0, sizeof(sums))
+    for k in range(start, stop):
+        for j in range(CP_FIGURE_COUNT):
+            sums[j] += fig[k * CP_FIGURE_COUNT + j]
+    return [sums[j] for j in range(CP_FIGURE_COUNT)]

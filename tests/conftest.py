@@ -3,6 +3,8 @@ root conftest) on the same input and insist that they agree."""
 
 from __future__ import annotations
 
+import array
+
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -23,6 +25,8 @@ def _same(a: Any, b: Any) -> bool:
         )
     if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
         return type(a) is type(b) and len(a) == len(b) and all(map(_same, a, b))
+    if isinstance(a, array.array) or isinstance(b, array.array):
+        return type(a) is type(b) and a.typecode == b.typecode and a == b
     return type(a) is type(b) and a == b
 
 

@@ -8,13 +8,17 @@ Compiled counterpart: the argument declarations of each function in ``csrc/``.
 
 from __future__ import annotations
 
+import array
 import operator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy as np
-import numpy.typing as npt
+if TYPE_CHECKING:  # numpy is imported where an array is made, never with the kernel
+    import numpy as np
+    import numpy.typing as npt
 
-Int64Array = npt.NDArray[np.int64]
+    Int64Array = npt.NDArray[np.int64]
+else:
+    Int64Array = Any
 
 # The compiled kernel's typed arguments (C int, int64_t, Py_ssize_t, tuple, bint) are converted
 # by Cython's rules before its body runs; the twin converts its arguments the same way, in the
@@ -65,10 +69,23 @@ def c_tuple(value: Any, name: str) -> Any:
 def c_array(value: Any, dtype: Any) -> Any:
     """A ``const T[::1]`` argument filled from ``np.ascontiguousarray(value, dtype)`` (which
     makes a scalar 1-d): it must then be 1-d."""
+    import numpy as np
+
     array = np.ascontiguousarray(value, dtype=dtype)
     if array.ndim != 1:
         raise ValueError(f"Buffer has wrong number of dimensions (expected 1, got {array.ndim})")
     return array
+
+
+def c_int64_copy(value: Any) -> Any:
+    """A private int64 copy of ``value`` as the compiled kernel's line functions take it: a
+    list as ``array.array("q", ...)`` converts it, anything else as numpy's
+    ``ascontiguousarray`` (then 1-d)."""
+    if type(value) is list:
+        return array.array("q", value)
+    import numpy as np
+
+    return np.array(c_array(value, np.int64), copy=True)
 
 
 def c_unpack(value: Any, n: int) -> list[Any]:

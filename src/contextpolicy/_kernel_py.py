@@ -48,7 +48,7 @@ from ._kernel_names import (
     UNANSWERED_CODE,
     Utf8Error,
 )
-from ._lines_py import line_bounds, reduce_lines
+from ._lines_py import figure_sums, line_bounds, reduce_lines
 from ._messages_py import Measure, measure, measure_messages, message_text_pieces, text_pieces
 from ._pairing_py import group_offsets, tool_pairing, trim_cut
 from ._report_lines_py import report_lines
@@ -74,6 +74,7 @@ __all__ = [
     "measure_messages",
     "message_text_pieces",
     "line_bounds",
+    "figure_sums",
     "reduce_lines",
     "report_lines",
     "reduce_plan",

@@ -8,12 +8,12 @@
 from __future__ import annotations
 
 import re
+from array import array
 from typing import Any
 
-import numpy as np
 import orjson
 
-from ._c_args import Int64Array, c_array, c_int, c_tuple, c_unpack
+from ._c_args import c_int, c_int64_copy, c_tuple, c_unpack
 from ._fused_py import reduce_transcript
 from ._kernel_names import SCAN_DEPTH, SCAN_FIGURES, SCAN_KEYS, SCAN_NUMBER
 from ._records import FusedRecord
@@ -262,8 +262,8 @@ def _flat_bytes(data: Any) -> bytes:
 
 def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], list[int]]:
     b = _flat_bytes(data)
-    a = c_array(starts, np.int64)
-    z = c_array(stops, np.int64)
+    a = c_int64_copy(starts)
+    z = c_int64_copy(stops)
     if len(a) != len(z):
         raise ValueError(f"starts and stops differ in length ({len(a)} != {len(z)})")
     # Read once: the bounds checked are the bounds used (another thread may change the arrays).
@@ -277,15 +277,16 @@ def _line_bounds(data: Any, starts: Any, stops: Any) -> tuple[bytes, list[int], 
 def reduce_lines(
     data: Any, starts: Any, stops: Any, steps: tuple[tuple[str, int, int, int], ...],
     trigger_chars: int, watermark_chars: int, raw: bool = False,
-) -> tuple[bytearray, Int64Array, Int64Array, list[Any] | None]:
+) -> tuple[bytearray, Any, Any, list[Any] | None]:
     """:func:`reduce_transcript` of the transcript lines ``data[starts[i]:stops[i]]``, read and
     written as bytes.
 
     Returns ``(out, ends, figures, raws)``: the reduced lines that took the byte path, each
     followed by a newline, one after another in ``out``, line ``i`` ending at ``ends[i]`` (a
     line of the object path adds nothing); per line the figures of ``LINE_FIGURES`` (all zero
-    for a line of the object path); with ``raw``,
-    per line ``None`` (the object path) or ``(records, id span)``: the records of
+    for a line of the object path), line ``i``'s at ``figures[i * SCAN_FIGURES:]``; ``ends``
+    and ``figures`` are ``array.array("q")``, which need no numpy (``np.asarray`` views
+    them); with ``raw``, per line ``None`` (the object path) or ``(records, id span)``: the records of
     :func:`reduce_transcript` (each changed fragment's kept list as ``True``, the input as
     ``None``) and where the line's ``id`` value lies in ``data``.
 
@@ -299,8 +300,8 @@ def reduce_lines(
     b, lo_list, hi_list = _line_bounds(data, starts, stops)
     n = len(lo_list)
     out = bytearray()
-    ends = np.zeros(n, dtype=np.int64)
-    figures = np.zeros((n, SCAN_FIGURES), dtype=np.int64)
+    ends = array("q", bytes(8 * n))
+    figures = array("q", bytes(8 * n * SCAN_FIGURES))
     raws: list[Any] | None = [] if raw else None
     for k in range(n):
         lo, hi = lo_list[k], hi_list[k]
@@ -314,7 +315,7 @@ def reduce_lines(
         out += line
         out += b"\n"
         ends[k] = len(out)
-        figures[k] = row
+        figures[k * SCAN_FIGURES:(k + 1) * SCAN_FIGURES] = array("q", row)
         if raws is not None:
             raws.append((records, None if id_node is None else (lo + id_node[1], lo + id_node[2])))
     return out, ends, figures, raws
@@ -378,8 +379,7 @@ def _missed(records: FusedRecord, steps: tuple[Any, ...], watermark_chars: int) 
                        any(d.reason == "keep-groups-floor" for d in records.steps))
 
 
-def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Int64Array, Int64Array,
-                                                                Int64Array]:
+def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Any, Any, Any]:
     """The lines of ``data[offset:offset + length]`` (ended by newlines; the last one may not
     be): ``(lines, numbers, starts, stops)``, the count of all lines, and for each line that is
     not blank (empty, or JSON whitespace only: ``_tables.JSON_WHITESPACE``) its number from 1
@@ -401,5 +401,36 @@ def line_bounds(data: Any, offset: int, length: int) -> tuple[int, Int64Array, I
             starts.append(offset + at)
             stops.append(offset + stop)
         at = stop + 1
-    return (number, np.array(numbers, dtype=np.int64), np.array(starts, dtype=np.int64),
-            np.array(stops, dtype=np.int64))
+    return number, array("q", numbers), array("q", starts), array("q", stops)
+
+
+def _int64_view(values: Any) -> list[int]:
+    """The ints of a flat buffer of int64 (the compiled kernel's ``_int64_view``)."""
+    try:
+        view = memoryview(values)
+    except TypeError:
+        raise TypeError("expected a flat buffer of int64, got "
+                        f"{type(values).__name__}") from None
+    with view:
+        if (view.ndim != 1 or view.itemsize != 8 or view.format not in ("q", "l")
+                or not view.c_contiguous):
+            raise ValueError(f"expected a flat buffer of int64, got one of format "
+                             f"{view.format!r} and {view.ndim} dimension(s)")
+        return view.tolist()
+
+
+def figure_sums(figures: Any, start: int, stop: int) -> list[int]:
+    """The sums of the figures of lines ``start`` to ``stop`` of a :func:`reduce_lines` result
+    (numpy's ``figures.reshape(-1, SCAN_FIGURES)[start:stop].sum(axis=0)`` without numpy)."""
+    start, stop = c_int(start, "Py_ssize_t"), c_int(stop, "Py_ssize_t")
+    values = _int64_view(figures)
+    if len(values) % SCAN_FIGURES:
+        raise ValueError(f"expected {SCAN_FIGURES} figures per line, got {len(values)} in all")
+    lines = len(values) // SCAN_FIGURES
+    if not 0 <= start <= stop <= lines:
+        raise ValueError(f"lines {start}..{stop} lie outside the {lines} lines")
+    sums = [0] * SCAN_FIGURES
+    for k in range(start, stop):
+        for j, value in enumerate(values[k * SCAN_FIGURES:(k + 1) * SCAN_FIGURES]):
+            sums[j] += value
+    return sums

@@ -8,9 +8,9 @@ from __future__ import annotations
 import re
 from typing import Any
 
-import numpy as np
+from array import array
 
-from ._c_args import Int64Array, c_int
+from ._c_args import c_int
 from ._kernel_names import ENTRY_SLOTS
 from ._lines_py import _flat_bytes, _line_steps, _missed, reduce_lines
 from ._records import FusedRecord
@@ -138,7 +138,7 @@ def _entry(template: tuple[Any, ...], records: FusedRecord, ident: bytes | None,
 def report_lines(
     data: Any, starts: Any, stops: Any, steps: tuple[tuple[str, int, int, int], ...],
     trigger_chars: int, watermark_chars: int, template: Any,
-) -> tuple[bytearray, Int64Array, Int64Array, bytearray, Int64Array, list[Any]]:
+) -> tuple[bytearray, Any, Any, bytearray, Any, list[Any]]:
     """:func:`reduce_lines`, and each line's report entry from ``template`` (see above).
 
     Returns ``(out, ends, figures, entries, entry_ends, raws)``: the first three as
@@ -153,7 +153,7 @@ def report_lines(
                                             watermark_chars, True)
     b = _flat_bytes(data)
     entries = bytearray()
-    entry_ends = np.zeros(len(ends), dtype=np.int64)
+    entry_ends = array("q", bytes(8 * len(ends)))
     assert raws is not None
     for k, record in enumerate(raws):
         if record is not None:

@@ -83,6 +83,11 @@ def exact_loads(b: bytes) -> Any:
     return json.loads(b.decode("utf-8"))
 
 
+def rows(figures: Any) -> Any:
+    """reduce_lines' figures (flat, SCAN_FIGURES a line) as a numpy array of one row a line."""
+    return np.asarray(figures).reshape(-1, SCAN_FIGURES)
+
+
 def run_both(differential, data, starts, stops, steps, trig, wm):
     """reduce_lines on every kernel, with and without raw records (the same out, ends and
     figures either way)."""
@@ -101,8 +106,11 @@ def check_call(differential, data: bytes, starts: list[int], stops: list[int], s
     out, ends, figures, raws = run_both(differential, data, starts, stops, steps, trig, wm)
     out = bytes(out)
     n = len(starts)
-    assert ends.dtype == np.int64 and ends.shape == (n,)
-    assert figures.dtype == np.int64 and figures.shape == (n, SCAN_FIGURES)
+    # array.array("q"), numpy not needed; the figures flat, SCAN_FIGURES a line
+    assert isinstance(ends, array.array) and ends.typecode == "q" and len(ends) == n
+    assert isinstance(figures, array.array) and figures.typecode == "q"
+    assert len(figures) == n * SCAN_FIGURES
+    figures = rows(figures)
     assert isinstance(raws, list) and len(raws) == n
     assert (n == 0 and out == b"") or ends[-1] == len(out)
     handled = []
@@ -560,6 +568,7 @@ def test_one_special_byte_at_every_offset(differential, special):
     data, starts, stops = frame(lines)
     out, ends, figures, raws = differential("reduce_lines", data, starts, stops, (), -1, -1,
                                             False)
+    figures = rows(figures)
     for k, line in enumerate(lines):
         try:
             expected = len(orjson.loads(line)["messages"][0]["content"])
@@ -580,6 +589,7 @@ def test_runs_and_specials_in_one_string(differential, pieces, pad):
     data, starts, stops = frame([line])
     out, ends, figures, raws = differential("reduce_lines", data, starts, stops, (), -1, -1,
                                             False)
+    figures = rows(figures)
     try:
         expected = len(orjson.loads(line)["messages"][0]["content"])
     except orjson.JSONDecodeError:
@@ -619,7 +629,7 @@ def compare_runner(lines: list[bytes], policy: dict[str, Any]) -> list[int]:
         _, _, figures, _ = _kernel.reduce_lines(
             data, starts, stops, worker.fused, worker.trigger,
             worker.watermark, False)
-        assert [r.scanned for r in on] == figures[:, 0].tolist()
+        assert [r.scanned for r in on] == rows(figures)[:, 0].tolist()
     return [r.scanned for r in on]
 
 
@@ -858,7 +868,7 @@ def test_arguments(differential, name):
     data = bytes(memoryview(args[0]).cast("B"))
     starts = np.atleast_1d(args[1])
     if len(starts) and starts[0] == 0 and data == LINE:
-        assert result[2][0, 0] == 1  # every bytes-like object of bytes reads the same
+        assert result[2][0] == 1  # every bytes-like object of bytes reads the same
 
 
 OVERFLOW_CASES = {
@@ -1060,6 +1070,7 @@ def one(differential, line: bytes, steps: Any = (), trig: int = -1, wm: int = -1
     handled = check_call(differential, data, starts, stops, steps, trig, wm)
     out, _, figures, raws = differential("reduce_lines", data, starts, stops, steps, trig, wm,
                                          True)
+    figures = rows(figures)
     assert handled == [int(figures[0, 0])]
     return bytes(out), figures[0].tolist(), raws[0]
 
@@ -1374,3 +1385,32 @@ def test_the_runner_on_a_number_beyond_a_double():
     assert results[1].error.startswith("invalid JSON: number is infinity when parsed as double")
     assert results[1].column == lines[1].index(b"1e400") + 1  # the byte where the number starts
     compare_runner(lines, SEED_POLICY)
+
+
+@settings(HYPOTHESIS, max_examples=100)
+@given(st.lists(st.lists(st.integers(-(2**40), 2**40), min_size=SCAN_FIGURES,
+                         max_size=SCAN_FIGURES), max_size=8), st.data())
+def test_figure_sums_are_numpys_column_sums(differential, table, data):
+    figures = array.array("q", [v for row in table for v in row])
+    start = data.draw(st.integers(0, len(table)))
+    stop = data.draw(st.integers(start, len(table)))
+    sums = differential("figure_sums", figures, start, stop)
+    expected = rows(figures)[start:stop].sum(axis=0).tolist() if table else [0] * SCAN_FIGURES
+    assert sums == expected
+
+
+@pytest.mark.parametrize("args", [
+    (array.array("q", [0] * (SCAN_FIGURES + 1)), 0, 1),  # not whole lines
+    (array.array("q", [0] * SCAN_FIGURES), 0, 2),  # beyond the lines
+    (array.array("q", [0] * SCAN_FIGURES), 1, 0),  # stop before start
+    (array.array("q", [0] * SCAN_FIGURES), -1, 1),
+    (array.array("d", [0.0] * SCAN_FIGURES), 0, 1),  # not int64
+    (array.array("i", [0] * SCAN_FIGURES), 0, 1),
+    (b"\0" * 8 * SCAN_FIGURES, 0, 1),  # bytes, not int64
+    ([0] * SCAN_FIGURES, 0, 1),  # no buffer
+    (array.array("q", [0] * SCAN_FIGURES), "0", 1),
+], ids=["partial", "beyond", "reversed", "negative", "float", "int32", "bytes", "list",
+        "str-start"])
+def test_figure_sums_refuse_what_is_not_reduce_lines_figures(differential, args):
+    with pytest.raises((ValueError, TypeError)):
+        differential("figure_sums", *args)

@@ -12,6 +12,7 @@ import orjson
 
 from .. import _kernel
 from .._records import FusedRecord
+from .._kernel_names import SCAN_FIGURES
 from .._tables import LINE_FIGURE
 from ..prepared import FastPath, PreparedPolicy
 from .digits import long_digit_runs
@@ -28,6 +29,8 @@ POLL_BYTES = 256 << 10
 # runs (the kernel reads them at gigabytes a second: a chunk is a millisecond or so of work, and
 # its output is one allocation), and of POLL_BYTES when every line has a result of its own.
 SCAN_CHUNK_BYTES = 1 << 20
+
+HANDLED = LINE_FIGURE["handled"]  # 1 for a line of the byte path, 0 for one of the object path
 
 # The object path of one line: its number and bytes in, its result out.
 ObjectPath = Callable[[int, Any], LineResult]
@@ -83,12 +86,13 @@ class ScannedLines:
             out, ends, figures, raws = _kernel.reduce_lines(
                 data, starts, stops, self.steps, self.trigger, self.watermark,
                 per_line or with_reports)
-        handled = figures[:, LINE_FIGURE["handled"]].tolist()
-        offsets = [0, *ends.tolist()]
         count = len(numbers)
-        if not per_line and not with_reports and all(handled):
-            # the chunk is one run: its output as it is
-            return [self._run(numbers[0], out, figures.sum(axis=0).tolist(), count)]
+        if not per_line and not with_reports:
+            sums = _kernel.figure_sums(figures, 0, count)
+            if sums[HANDLED] == count:  # the chunk is one run: its output as it is
+                return [self._run(numbers[0], out, sums, count)]
+        handled = figures[HANDLED::SCAN_FIGURES].tolist()
+        offsets = [0, *ends.tolist()]
         results: list[LineResult] = []
         k = 0
         while k < count:
@@ -108,7 +112,7 @@ class ScannedLines:
                 while k < count and handled[k]:
                     k += 1
                 result = self._run(numbers[run], out[offsets[run]:offsets[k]],
-                                   figures[run:k].sum(axis=0).tolist(), k - run)
+                                   _kernel.figure_sums(figures, run, k), k - run)
                 if with_reports:
                     assert raws is not None
                     result.reports = [
