@@ -4,7 +4,6 @@ root conftest) on the same input and insist that they agree."""
 from __future__ import annotations
 
 import array
-
 import json
 from collections.abc import Callable
 from pathlib import Path

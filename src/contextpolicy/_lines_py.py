@@ -286,9 +286,9 @@ def reduce_lines(
     line of the object path adds nothing); per line the figures of ``LINE_FIGURES`` (all zero
     for a line of the object path), line ``i``'s at ``figures[i * SCAN_FIGURES:]``; ``ends``
     and ``figures`` are ``array.array("q")``, which need no numpy (``np.asarray`` views
-    them); with ``raw``, per line ``None`` (the object path) or ``(records, id span)``: the records of
-    :func:`reduce_transcript` (each changed fragment's kept list as ``True``, the input as
-    ``None``) and where the line's ``id`` value lies in ``data``.
+    them); with ``raw``, per line ``None`` (the object path) or ``(records, id span)``: the
+    records of :func:`reduce_transcript` (each changed fragment's kept list as ``True``, the
+    input as ``None``) and where the line's ``id`` value lies in ``data``.
 
     The kept messages are copied byte for byte, and so is everything around the ``messages``
     array, without the whitespace around the line; a line that loses no message is copied

@@ -6,9 +6,8 @@ the policy's report (what the JSONL runner writes for ``--report``).
 from __future__ import annotations
 
 import re
-from typing import Any
-
 from array import array
+from typing import Any
 
 from ._c_args import c_int
 from ._kernel_names import ENTRY_SLOTS

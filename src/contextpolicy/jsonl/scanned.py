@@ -11,8 +11,8 @@ from typing import Any
 import orjson
 
 from .. import _kernel
-from .._records import FusedRecord
 from .._kernel_names import SCAN_FIGURES
+from .._records import FusedRecord
 from .._tables import LINE_FIGURE
 from ..prepared import FastPath, PreparedPolicy
 from .digits import long_digit_runs
