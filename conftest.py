@@ -10,6 +10,7 @@ pytest run. A missing compiled module is an error, never a silent skip, unless
 from __future__ import annotations
 
 import importlib
+import os
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -97,3 +98,18 @@ def pipeline_kernel(request: pytest.FixtureRequest) -> Iterator[ModuleType]:
         yield impl
     finally:
         _kernel.use(previous)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _policy_cache(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """The cache of validated policies (``jsonl.line_policy``) in a folder of the run's own,
+    for this process and the commands it starts, never the user's."""
+    from contextpolicy.jsonl.line_policy import CACHE_VARIABLE
+
+    previous = os.environ.get(CACHE_VARIABLE)
+    os.environ[CACHE_VARIABLE] = str(tmp_path_factory.mktemp("policy-cache"))
+    yield
+    if previous is None:
+        os.environ.pop(CACHE_VARIABLE, None)
+    else:
+        os.environ[CACHE_VARIABLE] = previous

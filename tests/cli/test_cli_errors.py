@@ -237,6 +237,7 @@ def test_every_command_interrupted_is_exit_130(workdir, args):
 INTERRUPTED_IMPORT = """\
 import os, signal, sys, time
 import contextpolicy.cli
+import contextpolicy.cli.schema
 
 cli = sys.modules["contextpolicy.cli.main"]
 
@@ -248,7 +249,7 @@ def schema(args):
     except KeyboardInterrupt:
         raise ImportError("cannot load module more than once per process") from None
 
-cli.cmd_schema = schema
+contextpolicy.cli.schema.cmd_schema = schema  # what the command runs
 sys.exit(cli.main(["schema", "policy"]))
 """
 

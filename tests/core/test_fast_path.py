@@ -163,7 +163,7 @@ def test_the_runner_in_one_call_equals_the_runner_step_by_step(calls):
     for policy in TRIMS:
         fast, slow = LineWorker(policy, with_reports=True), LineWorker(policy, with_reports=True)
         assert fast.fused is not None
-        slow.fused = None  # the plan path: from_messages, process_context
+        slow.objects_of().fused = None  # the plan path: from_messages, process_context
         before = calls["reduce_transcript"]
         for number, raw in enumerate(lines, 1):
             a, b = fast.line(number, raw), slow.line(number, raw)
@@ -180,7 +180,7 @@ def test_the_runner_errors_are_the_same_in_one_call():
         [{"role": "assistant", "tool_calls": "x"}, {"role": "user", "content": "q"}],
     ]
     fast, slow = LineWorker(SEED_POLICY, False), LineWorker(SEED_POLICY, False)
-    slow.fused = None
+    slow.objects_of().fused = None  # the plan path
     for number, messages in enumerate(bad, 1):
         raw = orjson.dumps({"id": "x", "messages": messages})
         a, b = fast.line(number, raw), slow.line(number, raw)

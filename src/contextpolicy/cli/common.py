@@ -9,11 +9,13 @@ import os
 import signal
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-__all__ = ["CliError", "Interrupted", "Signals", "example_path", "stderr"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["CliError", "Interrupted", "LazyConsole", "Signals", "example_path", "stderr"]
 
 
 class CliError(Exception):
@@ -24,15 +26,35 @@ class CliError(Exception):
         self.code = code
 
 
-def stderr() -> Any:
-    from rich.console import Console
+class LazyConsole:
+    """rich's console on standard error, made when something is first shown (or asked of it):
+    a run that shows nothing (``-q``) never imports rich. ``rich`` is the console itself."""
 
-    return Console(stderr=True, highlight=False, soft_wrap=True)
+    __slots__ = ("_console",)
+
+    def __init__(self) -> None:
+        self._console: Any = None
+
+    @property
+    def rich(self) -> Any:
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(stderr=True, highlight=False, soft_wrap=True)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich, name)
+
+
+def stderr() -> Any:
+    return LazyConsole()
 
 
 def example_path(name: str) -> Path:
     """A file of the example corpus and policies shipped in the package."""
     from importlib import resources
+    from pathlib import Path
 
     return Path(str(resources.files("contextpolicy").joinpath("examples").joinpath(name)))
 

@@ -11,14 +11,17 @@ expected.
 
 from __future__ import annotations
 
+import os
 import re
 import sys
-from pathlib import Path
 from typing import Any, ClassVar
 
 from .common import CliError
 
-__all__ = ["document_name", "is_inline", "load_json", "load_yaml", "plan_document"]
+__all__ = [
+    "PARQUET_SUFFIXES", "document_name", "is_inline", "is_parquet", "load_json", "load_yaml",
+    "plan_document",
+]
 
 YAML_SUFFIXES = (".yaml", ".yml")
 # What an argument that names a document may be.
@@ -49,7 +52,8 @@ def load_json(path: str, what: str) -> Any:
         if is_inline(path):
             data = path.encode("utf-8", "surrogateescape")  # the bytes the shell passed
         elif path != "-":
-            data = Path(path).read_bytes()
+            with open(path, "rb") as f:
+                data = f.read()
         elif sys.stdin is None:
             raise CliError(f"<stdin>: cannot read the {what}: standard input is closed")
         else:
@@ -156,3 +160,22 @@ def plan_document(doc: Any) -> Any:
     if not isinstance(doc, list):
         return as_plan(doc)
     return ContextPlan.from_messages(doc)
+
+
+PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
+
+
+def is_parquet(path: str | None, *, reading: bool = False) -> bool:
+    """Whether ``path`` names Parquet: by its suffix, or (a file being read) by its magic."""
+    if path in (None, "-"):
+        return False
+    assert path is not None
+    if path.lower().endswith(PARQUET_SUFFIXES):
+        return True
+    if reading and os.path.isfile(path):
+        try:
+            with open(path, "rb") as f:
+                return f.read(4) == b"PAR1"
+        except OSError:
+            return False
+    return False

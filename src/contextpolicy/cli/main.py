@@ -20,11 +20,7 @@ import sys
 from typing import Any, NoReturn
 
 from .. import __version__
-from .audit import cmd_audit
 from .common import CliError, Interrupted, Signals, signal_name
-from .reduce import cmd_reduce
-from .schema import cmd_schema
-from .validate import cmd_validate
 
 __all__ = ["main"]
 
@@ -36,6 +32,20 @@ class _Parser(argparse.ArgumentParser):
 
 
 FORMAT = argparse.RawDescriptionHelpFormatter
+
+
+def _command(name: str) -> Any:
+    """The function of command ``name`` (``cmd_<name>`` of module ``<name>``), its module
+    imported when the command runs: a run loads only its own command."""
+
+    def run(args: argparse.Namespace) -> int:
+        import importlib
+
+        module = importlib.import_module(f".{name}", __package__)
+        return int(getattr(module, f"cmd_{name}")(args))
+
+    run.__name__ = f"cmd_{name}"
+    return run
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -74,7 +84,7 @@ def _validate_args(sub: Any) -> None:
                    "(clear-tool-results, truncate-messages, summarize) are known without it")
     p.add_argument("--handlers", metavar="HANDLERS.json",
                    help="check this handlers file; its ids count as registered")
-    p.set_defaults(func=cmd_validate)
+    p.set_defaults(func=_command("validate"))
 
 
 def _reduce_args(sub: Any) -> None:
@@ -117,7 +127,7 @@ def _reduce_args(sub: Any) -> None:
                    help='built-in handlers with parameters: {"clear-tool-results": {"keep": 2}, '
                    '"short": {"handler": "truncate-messages", "maxChars": 1500}}')
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar, no summary")
-    p.set_defaults(func=cmd_reduce)
+    p.set_defaults(func=_command("reduce"))
 
 
 def _audit_args(sub: Any) -> None:
@@ -131,7 +141,7 @@ def _audit_args(sub: Any) -> None:
     p.add_argument("plan", metavar="PLAN.json")
     p.add_argument("--policy", required=True, metavar="POLICY.json")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
-    p.set_defaults(func=cmd_audit)
+    p.set_defaults(func=_command("audit"))
 
 
 def _replay_args(sub: Any) -> None:
@@ -178,13 +188,7 @@ def _replay_args(sub: Any) -> None:
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw input per call and cumulative cost (needs matplotlib)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
-    p.set_defaults(func=_cmd_replay)
-
-
-def _cmd_replay(args: argparse.Namespace) -> int:
-    from .replay import cmd_replay
-
-    return cmd_replay(args)
+    p.set_defaults(func=_command("replay"))
 
 
 def _schema_args(sub: Any) -> None:
@@ -194,7 +198,7 @@ def _schema_args(sub: Any) -> None:
         epilog="example:\n  contextpolicy schema policy > policy.schema.json",
     )
     p.add_argument("what", choices=("policy", "plan", "report"))
-    p.set_defaults(func=cmd_schema)
+    p.set_defaults(func=_command("schema"))
 
 
 def _examples_args(sub: Any) -> None:
@@ -209,7 +213,7 @@ def _examples_args(sub: Any) -> None:
     )
     p.add_argument("folder", metavar="FOLDER")
     p.add_argument("--force", action="store_true", help="write over files already there")
-    p.set_defaults(func=_cmd_examples)
+    p.set_defaults(func=_command("examples"))
 
 
 def _bench_args(sub: Any) -> None:
@@ -239,19 +243,7 @@ def _bench_args(sub: Any) -> None:
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.add_argument("--plot", metavar="FILE.png",
                    help="draw time per message against history size (needs matplotlib)")
-    p.set_defaults(func=_cmd_bench)
-
-
-def _cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import cmd_bench
-
-    return cmd_bench(args)
-
-
-def _cmd_examples(args: argparse.Namespace) -> int:
-    from .examples import cmd_examples
-
-    return cmd_examples(args)
+    p.set_defaults(func=_command("bench"))
 
 
 def _say(message: str) -> None:

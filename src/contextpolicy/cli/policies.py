@@ -8,9 +8,19 @@ from typing import Any
 from .common import CliError
 from .documents import document_name, load_json
 
-__all__ = ["command_handlers", "handler_specs", "load_policy", "named_handlers"]
+__all__ = [
+    "command_handlers", "handler_specs", "load_line_policy", "load_policy", "named_handlers",
+]
+
+def _invalid(path: str, exc: Any) -> CliError:
+    lines = [f"{document_name(path)}: invalid policy ({len(exc.issues)} problem(s)):"]
+    lines += [f"  {issue}" for issue in exc.issues]
+    return CliError("\n".join(lines), code=1)
+
 
 def load_policy(path: str) -> Any:
+    """The policy document of ``path``, validated (a :class:`CliError` listing every problem
+    when it is not valid)."""
     from ..errors import ContextPolicyError
     from ..policy import validate_context_policy
 
@@ -18,10 +28,24 @@ def load_policy(path: str) -> Any:
     try:
         validate_context_policy(doc)
     except ContextPolicyError as exc:
-        lines = [f"{document_name(path)}: invalid policy ({len(exc.issues)} problem(s)):"]
-        lines += [f"  {issue}" for issue in exc.issues]
-        raise CliError("\n".join(lines), code=1) from None
+        raise _invalid(path, exc) from None
     return doc
+
+
+def load_line_policy(path: str) -> tuple[Any, Any]:
+    """The policy document of ``path`` and what the line runner needs of it
+    (:class:`~contextpolicy.jsonl.line_policy.LinePolicy`): from the cache of validated
+    policies when this policy was validated before, by validating it otherwise (the same
+    :class:`CliError` as :func:`load_policy` when it is not valid)."""
+    from ..errors import ContextPolicyError
+    from ..jsonl.line_policy import line_policy
+
+    doc = load_json(path, "policy")
+    try:
+        facts, _ = line_policy(doc)
+    except ContextPolicyError as exc:
+        raise _invalid(path, exc) from None
+    return doc, facts
 
 
 def handler_specs(path: str) -> list[Any]:
@@ -51,10 +75,16 @@ def named_handlers(policy: Any) -> list[tuple[str, str]]:
             and isinstance(ref.name, str)]
 
 
-def command_handlers(args: argparse.Namespace, policy: Any) -> dict[str, Any] | None:
+def command_handlers(args: argparse.Namespace, policy: Any,
+                     named: tuple[tuple[str, str], ...] | None = None) -> dict[str, Any] | None:
     """The handlers of ``reduce``: built-in ones by ``--handler ID`` (with their defaults) and
     from ``--handlers FILE``; ``None`` when neither is given. A built-in id the policy names
-    without registering it is an error here, before any work."""
+    (``named``, (path, id) pairs, when the caller has them) without registering it is an error
+    here, before any work."""
+    if named is None:
+        named = tuple(named_handlers(policy))
+    if not args.handler and args.handlers is None and not named:
+        return None
     from ..handlers.params import BUILTIN_IDS, FROM_FILES, SUMMARIZE
 
     handlers: dict[str, Any] = {}
@@ -81,7 +111,7 @@ def command_handlers(args: argparse.Namespace, policy: Any) -> dict[str, Any] | 
                                f"is also given by "
                                f"--handler {spec.handler_id}: give it once")
             handlers[spec.handler_id] = from_spec(spec)
-    for path, name in named_handlers(policy):
+    for path, name in named:
         if name in BUILTIN_IDS and name not in handlers:
             how = ("register summarize(fn) from Python: the command line cannot give a "
                    "summariser function" if name == SUMMARIZE else

@@ -9,8 +9,8 @@ import time
 from typing import Any
 
 from .common import CliError, example_path, stderr
-from .documents import is_inline
-from .policies import command_handlers, load_policy
+from .documents import is_inline, is_parquet
+from .policies import command_handlers, load_line_policy, load_policy
 from .summary import Progress, ReportFile, finish_run, print_summary
 
 __all__ = ["EXAMPLE_CORPUS", "EXAMPLE_POLICY", "cmd_reduce"]
@@ -99,13 +99,15 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
         start_method()  # CONTEXTPOLICY_START_METHOD, checked before any file is opened
     except ValueError as exc:
         raise CliError(str(exc)) from None
-    policy = load_policy(policy_path)
-    handlers = command_handlers(args, policy)
-    from .tables import is_parquet, reduce_parquet
-
     table_input = is_parquet(input_path, reading=True)
+    # JSONL: what lines read as bytes need of the policy, kept from its last validation.
+    policy, facts = (load_policy(policy_path), None) if table_input else load_line_policy(
+        policy_path)
+    handlers = command_handlers(args, policy, facts.handlers if facts is not None else None)
     out, report_out = _outputs(args, example, table_input, input_path, policy_path, outputs)
     if table_input:
+        from .tables import reduce_parquet
+
         if args.jobs > 1 and not args.quiet:
             console.print("contextpolicy: Parquet is reduced in one process, a record batch at "
                           "a time (--jobs applies to JSONL input)")
@@ -113,7 +115,7 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
                                     handlers)
         print_summary(args, console, data, name)
         return 0
-    return _reduce_lines(args, console, policy, handlers, jobs, input_path, example, out,
+    return _reduce_lines(args, console, policy, facts, handlers, jobs, input_path, example, out,
                          report_out)
 
 
@@ -142,10 +144,10 @@ def _outputs(args: argparse.Namespace, example: bool, table_input: bool, input_p
     done: a missing folder, a folder where a file should be, one file named twice, a file the
     run reads. ``outputs`` gets them (for the last message of an interrupted run)."""
     from ..jsonl.files import AtomicOutput
-    from .tables import ParquetFromLines, is_parquet
-
     out: Any = AtomicOutput(args.output, discard=example and not args.output)
     if is_parquet(args.output) and not table_input:
+        from .tables import ParquetFromLines
+
         out = ParquetFromLines(out)  # the line runner's output, converted at the end
     if is_parquet(args.report) and not table_input:
         raise CliError(f"--report {args.report}: a Parquet report holds the figures of a "
@@ -160,13 +162,11 @@ def _outputs(args: argparse.Namespace, example: bool, table_input: bool, input_p
     return out, report_out
 
 
-def _reduce_lines(args: argparse.Namespace, console: Any, policy: Any, handlers: Any, jobs: int,
-                  input_path: str, example: bool, out: Any, report_out: Any) -> int:
+def _reduce_lines(args: argparse.Namespace, console: Any, policy: Any, facts: Any, handlers: Any,
+                  jobs: int, input_path: str, example: bool, out: Any, report_out: Any) -> int:
     """JSONL in: the lines reduced by the line runner, written in input order."""
     from ..jsonl.files import InputFile, batched_lines
     from ..jsonl.runner import BATCH_BYTES, BATCH_LINES, Summary, process_lines
-    from .tables import ParquetFromLines
-
     summary = Summary()
     started = time.perf_counter()
     source = InputFile(input_path)
@@ -174,10 +174,10 @@ def _reduce_lines(args: argparse.Namespace, console: Any, policy: Any, handlers:
         source.name = f"example corpus ({EXAMPLE_CORPUS})"
     # Into Parquet, each line's output is known by its input line (an error names it): a
     # line in a run of lines is found in the file again, and a stream is read line by line.
-    numbered = isinstance(out, ParquetFromLines)
+    numbered = is_parquet(args.output)  # (out is then a ParquetFromLines)
     if numbered:
         out.source, out.reread = source.name, input_path if source.seekable else None
-    show_progress = console.is_terminal and not args.quiet
+    show_progress = not args.quiet and console.is_terminal
     with source, out, ReportFile(report_out) as report:
         progress = Progress(console, source) if show_progress else None
         batches: Any
@@ -191,7 +191,7 @@ def _reduce_lines(args: argparse.Namespace, console: Any, policy: Any, handlers:
         results = process_lines(
             batches, policy, jobs=jobs, with_reports=report.enabled,
             on_batch=progress.update if progress else None, handlers=handlers,
-            runs=not numbered or source.seekable,
+            runs=not numbered or source.seekable, facts=facts,
         )
         try:
             _write(args, console, results, source, summary, out, report, numbered)

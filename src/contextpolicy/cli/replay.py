@@ -172,7 +172,7 @@ class _Progress:
 
         self.progress = Progress("[progress.description]{task.description}", BarColumn(),
                                  MofNCompleteColumn(), TimeRemainingColumn(),
-                                 console=stderr(), transient=True)
+                                 console=stderr().rich, transient=True)
         self.task = self.progress.add_task("replaying calls", total=total)
         self.progress.start()
 

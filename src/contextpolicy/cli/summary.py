@@ -108,7 +108,8 @@ class Progress:
         # while the bar shows, and a fork is safe only while this is the one thread.
         self.progress = Progress(
             "[progress.description]{task.description}", BarColumn(), DownloadColumn(),
-            TransferSpeedColumn(), TimeRemainingColumn(), console=console, transient=True,
+            TransferSpeedColumn(), TimeRemainingColumn(), console=getattr(console, "rich", console),
+            transient=True,
             auto_refresh=False,
         )
         self.task = self.progress.add_task("reducing", total=source.size)

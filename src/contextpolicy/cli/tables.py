@@ -15,34 +15,24 @@ from array import array
 from dataclasses import dataclass
 from typing import Any, BinaryIO
 
-import numpy as np
 import orjson
 
 from ..jsonl.runner import Summary
 from .common import CliError
+from .documents import is_parquet
 from .summary import ReportFile, finish_run
 
 __all__ = ["ParquetFromLines", "is_parquet", "reduce_parquet"]
 
-PARQUET_SUFFIXES = (".parquet", ".pq", ".parq")
 BATCH_ROWS = 16_384  # rows reduced at a time (a row group is read as needed)
 SPOOL_LINES = 4_096  # lines converted to Arrow at a time
 
 
-def is_parquet(path: str | None, *, reading: bool = False) -> bool:
-    """Whether ``path`` names Parquet: by its suffix, or (a file being read) by its magic."""
-    if path in (None, "-"):
-        return False
-    assert path is not None
-    if path.lower().endswith(PARQUET_SUFFIXES):
-        return True
-    if reading and os.path.isfile(path):
-        try:
-            with open(path, "rb") as f:
-                return f.read(4) == b"PAR1"
-        except OSError:
-            return False
-    return False
+def _numpy() -> Any:
+    # numpy, for Parquet only (pyarrow imports it anyway): a JSONL run never loads it
+    import numpy
+
+    return numpy
 
 
 def _pyarrow() -> tuple[Any, Any]:
@@ -82,8 +72,8 @@ class _Rows:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
         self.progress = Progress("[progress.description]{task.description}", BarColumn(),
-                                 MofNCompleteColumn(), TimeRemainingColumn(), console=console,
-                                 transient=True)
+                                 MofNCompleteColumn(), TimeRemainingColumn(),
+                                 console=getattr(console, "rich", console), transient=True)
         self.task = self.progress.add_task("reducing rows", total=total)
         self.progress.start()
 
@@ -168,7 +158,7 @@ class _Report(ReportFile):
             table = pa.Table.from_batches([figures]) if isinstance(
                 figures, pa.RecordBatch) else figures
             table = table.add_column(0, "row", pa.array(
-                np.arange(start, start + table.num_rows, dtype=np.int64)))
+                _numpy().arange(start, start + table.num_rows, dtype=_numpy().int64)))
             if self.writer is None:
                 self.writer = pq.ParquetWriter(self.out.stream, table.schema)
             self.writer.write_table(table)
@@ -460,6 +450,7 @@ class ParquetFromLines:
         # lines of the chunk are looked at together, and those read again.
         runs = long_digit_runs(b"".join(lines))
         if runs:
+            np = _numpy()
             ends = np.cumsum([len(line) for line in lines])
             for k in sorted(set(np.searchsorted(ends, runs, side="right").tolist())):
                 try:

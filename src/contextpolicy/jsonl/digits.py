@@ -7,16 +7,15 @@ import bisect
 import re
 from typing import Any
 
-import numpy as np
-
 __all__ = ["lines_holding", "long_digit_runs"]
 
 
 # Eight bytes at a time: a run of 19 digits holds at least one aligned word of eight digits,
 # wherever it starts. Words whose eight bytes all have the high nibble 3 (the digits, and
 # ":;<=>?") are looked at closely; they are rare in JSON.
-_HIGH = np.uint64(0xF0F0F0F0F0F0F0F0)
-_THREES = np.uint64(0x3030303030303030)
+# (numpy, imported for the first buffer that long: a run of short lines never needs it)
+_HIGH = 0xF0F0F0F0F0F0F0F0
+_THREES = 0x3030303030303030
 _DIGITS = re.compile(rb"[0-9]*")
 _DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x20 for i in range(256))
 _RUN = b"0" * 19
@@ -42,14 +41,17 @@ def long_digit_runs(data: bytes | bytearray | memoryview) -> list[int]:
                 break
             at = marked.find(_RUN, end)
         return starts
+    import numpy as np
+
+    high_mask, threes = np.uint64(_HIGH), np.uint64(_THREES)
     words = np.frombuffer(data, np.uint64, count=size // 8)
     high = np.empty(min(SCAN_WORDS, len(words)), np.uint64)
     found = np.empty(len(high), bool)
     candidates: list[int] = []
     for begin in range(0, len(words), SCAN_WORDS):
         part = words[begin:begin + SCAN_WORDS]
-        np.bitwise_and(part, _HIGH, out=high[:len(part)])
-        hits = np.equal(high[:len(part)], _THREES, out=found[:len(part)])
+        np.bitwise_and(part, high_mask, out=high[:len(part)])
+        hits = np.equal(high[:len(part)], threes, out=found[:len(part)])
         if hits.any():
             candidates += (np.flatnonzero(hits) + begin).tolist()
     starts = []

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import gc
 import itertools
-import multiprocessing
 import os
 import signal
 import sys
@@ -132,10 +131,12 @@ def start_method() -> str:
     otherwise fork, which starts workers in milliseconds, where it is safe (Linux), and spawn
     elsewhere. A value that is not one of those, or not available here, is a ``ValueError``
     naming the variable and the values allowed."""
-    available = multiprocessing.get_all_start_methods()
     chosen = os.environ.get(START_METHOD_VARIABLE, "")
-    if not chosen:
-        return "fork" if "fork" in available and sys.platform == "linux" else "spawn"
+    if not chosen:  # (Linux always has fork, and every platform spawn)
+        return "fork" if sys.platform == "linux" else "spawn"
+    import multiprocessing
+
+    available = multiprocessing.get_all_start_methods()
     if chosen not in START_METHODS:
         raise ValueError(
             f"{START_METHOD_VARIABLE}={chosen!r} is not a start method: expected one of "
@@ -151,6 +152,8 @@ def start_method() -> str:
 
 
 def context() -> Any:
+    import multiprocessing
+
     return multiprocessing.get_context(start_method())
 
 

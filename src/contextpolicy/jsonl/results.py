@@ -1,5 +1,5 @@
 """What a line became, and the totals of a run: the records the line worker gives and the command
-line adds up and prints."""
+line adds up and prints (the figures of a line of the object path are ``objects``'s)."""
 
 from __future__ import annotations
 
@@ -7,13 +7,10 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
-from .._records import FusedRecord
 from .._tables import LINE_FIGURE, LINE_MISSED, MISSED_REASONS
-from ..fused import fused_missed_reason
-from ..prepared import PreparedPolicy
-from ..report import ContextReport
 
-__all__ = ["Figures", "LineError", "LineResult", "Summary", "fused_figures", "report_figures"]
+__all__ = ["Figures", "LineError", "LineResult", "Summary", "line_run_figures"]
+
 
 class Figures(NamedTuple):
     """A line's figures; for a run of lines, the counts of lines triggered, reaching the target
@@ -158,30 +155,3 @@ class Summary:
             "conversationsPerSecond": round(self.conversations / seconds, 3),
             "skippedLines": self.skipped_lines,
         }
-
-
-def report_figures(report: ContextReport) -> Figures:
-    removed = sum(s.messages_removed for s in report.steps if s.status == "applied")
-    groups = sum(
-        (s.groups_before or 0) - (s.groups_after or 0)
-        for s in report.steps if s.status == "applied" and s.kind == "trim"
-    )
-    before, after = report.before, report.after
-    return Figures(report.triggered, bool(report.target_reached), before.chars, after.chars,
-                   before.messages, after.messages, removed, groups,
-                   [w.code for w in report.warnings],
-                   after.chars < before.chars or after.messages < before.messages,
-                   [report.missed_reason] if report.missed_reason is not None else [])
-
-
-def fused_figures(raw: FusedRecord, target_reached: bool,
-                   prepared: PreparedPolicy) -> Figures:
-    """:func:`report_figures` of a run the kernel did in one call
-    (``_kernel.reduce_transcript``), from its records (a test holds the two to each other)."""
-    missed = fused_missed_reason(prepared, raw)
-    return Figures(raw.triggered, target_reached, raw.chars_before, raw.chars_after,
-                   raw.messages_before, raw.messages_after, raw.messages_removed,
-                   raw.groups_removed,
-                   [w.code for w in raw.warnings] if raw.warnings else [],
-                   raw.chars_after < raw.chars_before or raw.messages_after < raw.messages_before,
-                   [missed] if missed is not None else [])

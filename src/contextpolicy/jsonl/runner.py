@@ -17,9 +17,8 @@ from collections import deque
 from collections.abc import Callable, Generator, Iterable, Iterator
 from typing import Any
 
-from .files import (
-    FileRange,
-)
+from .files import FileRange
+from .line_policy import LinePolicy
 from .processes import WorkerError, in_workers, share_ranges, start_method
 from .results import LineError, LineResult, Summary
 from .worker import GC_GEN0_THRESHOLD, QUEUED, LineWorker, in_process
@@ -66,6 +65,7 @@ def process_lines(
     on_batch: Callable[[], None] | None = None,
     handlers: dict[str, Callable[..., Any]] | None = None,
     runs: bool = False,
+    facts: LinePolicy | None = None,
 ) -> Generator[LineResult, None, None]:
     """Results for every line, in input order, computed by up to ``jobs`` processes; with
     ``runs`` (and no reports), consecutive lines read as bytes come as one result for them all
@@ -75,11 +75,13 @@ def process_lines(
     ``jobs - 1`` worker processes, each of which reads the file itself. Lines read from a stream
     go to up to ``jobs`` worker processes, while this one reads (and decompresses) the input.
     A worker is started only for work there is: never more of them than ranges or batches.
+    ``facts``: the policy's :class:`~contextpolicy.jsonl.line_policy.LinePolicy` when the
+    caller has them (found from the cache, or by validating the policy, otherwise).
     """
     # An invalid policy, or start method of CONTEXTPOLICY_START_METHOD, fails here, before any
     # work (whatever the number of jobs, so that a wrong setting is never silently ignored).
     start_method()
-    worker = LineWorker(policy, with_reports, handlers, runs)
+    worker = LineWorker(policy, with_reports, handlers, runs, facts)
     base = 0
 
     def absolute(spanned: int, results: list[LineResult]) -> list[LineResult]:

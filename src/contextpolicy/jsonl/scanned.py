@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -14,11 +14,12 @@ from .. import _kernel
 from .._kernel_names import SCAN_FIGURES
 from .._records import FusedRecord
 from .._tables import LINE_FIGURE
-from ..prepared import FastPath, PreparedPolicy
 from .digits import long_digit_runs
 from .files import dumps, reread_exactly
-from .results import LineResult, fused_figures, line_run_figures
-from .templates import FusedReports
+from .results import LineResult, line_run_figures
+
+if TYPE_CHECKING:
+    from .objects import ObjectLines
 
 __all__ = ["POLL_BYTES", "SCAN_CHUNK_BYTES", "ScannedLines"]
 
@@ -37,16 +38,17 @@ ObjectPath = Callable[[int, Any], LineResult]
 
 
 class ScannedLines:
-    """Results of lines read as bytes with a policy the kernel runs in one call (``path``):
-    consecutive lines of the byte path as one run (``runs``, without reports) or one result per
-    line, with report entries from ``reports`` when asked; what it holds never changes, so
-    copies of a worker share it."""
+    """Results of lines read as bytes with a policy the kernel runs in one call (its trims
+    ``steps``, ``trigger`` and ``watermark``): consecutive lines of the byte path as one run
+    (``runs``, without reports) or one result per line, with report entries when asked (from
+    the object path's templates, ``objects()``, made when first needed); what it holds never
+    changes, so copies of a worker share it."""
 
-    def __init__(self, prepared: PreparedPolicy, path: FastPath, reports: FusedReports, *,
-                 runs: bool, with_reports: bool, reduces: bool) -> None:
-        self.prepared, self.reports = prepared, reports
-        self.steps, self.trigger, self.watermark = (path.steps, path.trigger_chars,
-                                                    path.watermark_chars)
+    def __init__(self, steps: tuple[tuple[str, int, int, int], ...], trigger: int,
+                 watermark: int, objects: Callable[[], ObjectLines], *, runs: bool,
+                 with_reports: bool, reduces: bool) -> None:
+        self.steps, self.trigger, self.watermark = steps, trigger, watermark
+        self.objects = objects
         self.per_line, self.with_reports, self.reduces = not runs, with_reports, reduces
 
     def results(
@@ -74,7 +76,8 @@ class ScannedLines:
                stops: list[int], object_path: ObjectPath) -> list[LineResult]:
         per_line, with_reports = self.per_line, self.with_reports
         # A run's report entries written by the kernel from the policy's template.
-        template = self.reports.entry_template() if with_reports and not per_line else None
+        template = (self.objects().reports.entry_template() if with_reports and not per_line
+                    else None)
         entries, entry_at = b"", [0]
         raws: list[Any] | None
         if template is not None:
@@ -130,7 +133,9 @@ class ScannedLines:
     def _line(self, number: int, output: bytes, record: tuple[FusedRecord, Any],
               data: bytes | bytearray) -> LineResult:
         raw, _ = record  # the records, and the span of the line's id
-        figures = fused_figures(raw, self.reduces and raw.watermark_met, self.prepared)
+        from .objects import fused_figures
+
+        figures = fused_figures(raw, self.reduces and raw.watermark_met, self.objects().prepared)
         line = LineResult(number, output=output, figures=figures, scanned=1)
         if self.with_reports:
             line.report = self.report_entry(record, data)
@@ -143,4 +148,4 @@ class ScannedLines:
         if id_span is not None:
             piece = bytes(data[id_span[0]:id_span[1]])
             ident = reread_exactly(piece) if long_digit_runs(piece) else orjson.loads(piece)
-        return b'{"id":%b,"report":%b}' % (dumps(ident), self.reports.render(raw))
+        return b'{"id":%b,"report":%b}' % (dumps(ident), self.objects().reports.render(raw))

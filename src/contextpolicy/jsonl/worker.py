@@ -1,40 +1,30 @@
-"""The line worker: a validated policy that turns lines (bytes, or ranges of a file) into results,
-reading a transcript as bytes in the kernel where the policy allows and as objects otherwise."""
+"""The line worker: a policy that turns lines (bytes, or ranges of a file) into results, reading a
+transcript as bytes in the kernel where the policy allows and as objects otherwise (the object
+path, ``objects``, loaded when the first line needs it)."""
 
 from __future__ import annotations
 
 import copy
 import os
+import threading
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
-
-import orjson
+from typing import TYPE_CHECKING, Any
 
 from .. import _kernel
-from ..core import process_context
-from ..errors import ContextAuditError, ContextError, ContextPlanError, ContextPolicyError
-from ..fused import fused_report_json
-from ..plan import PROTECTED_KINDS, ContextPlan, as_plan
-from ..policy import ReducePolicy, validate_context_policy
-from ..prepared import PreparedPolicy
-from .diagnose import json_problem, top_level_hint
 from .digits import lines_holding, long_digit_runs
 from .files import (
     FileRange,
-    dumps,
     open_range_file,
     read_file_range,
     read_range,
-    reread_exactly,
 )
-from .results import (
-    LineError,
-    LineResult,
-    fused_figures,
-    report_figures,
-)
+from .line_policy import LinePolicy, line_policy
+from .results import LineResult
 from .scanned import POLL_BYTES, ScannedLines
-from .templates import FusedReports
+
+if TYPE_CHECKING:
+    from ..prepared import PreparedPolicy
+    from .objects import ObjectLines
 
 __all__ = ["GC_GEN0_THRESHOLD", "POLL_BYTES", "QUEUED", "LineWorker", "in_process"]
 
@@ -48,14 +38,26 @@ QUEUED = 2
 GC_GEN0_THRESHOLD = 50_000
 
 
+class _Shared:
+    """The object path of a worker and its copies: made once, under the lock."""
+
+    __slots__ = ("lock", "objects", "prepared")
+
+    def __init__(self, prepared: PreparedPolicy | None) -> None:
+        self.lock = threading.Lock()
+        self.prepared = prepared
+        self.objects: ObjectLines | None = None
+
 
 class LineWorker:
-    """Holds the validated policy; turns lines into results.
+    """Holds the policy; turns lines into results.
 
     When the policy is one the kernel runs in one call, transcript lines are read as bytes
     (``_kernel.reduce_lines``): a line whose shape the scanner takes is reduced without being
     parsed, its kept messages copied byte for byte; every other line, and every line of any
-    other policy, is parsed and processed as objects (the object path)."""
+    other policy, is parsed and processed as objects (the object path). What lines read as
+    bytes need of the policy (``line_policy``) may come from the cache of validated policies;
+    the validated policy itself is made when the object path or a report first needs it."""
 
     # Read transcript lines as bytes where the policy allows (off: every line as objects).
     byte_path = True
@@ -63,126 +65,74 @@ class LineWorker:
     def __init__(
         self, policy: dict[str, Any], with_reports: bool,
         handlers: dict[str, Callable[..., Any]] | None = None, runs: bool = False,
+        facts: LinePolicy | None = None,
     ) -> None:
         self.runs = runs
-        self.policy = validate_context_policy(policy)
         # The policy and its handlers: a handler a step names that is missing here is an error
         # each line reports.
         self.handlers = dict(handlers or {})
-        self.prepared = PreparedPolicy.of_valid(self.policy, self.handlers, None)
         self.policy_doc = policy
         self.with_reports = with_reports
+        prepared = None
+        if facts is None:  # a ContextPolicyError here for a policy that is not valid
+            facts, prepared = line_policy(policy, self.handlers)
+        self.facts = facts
+        # The object path, made once for this worker and its copies (threads share it).
+        self._shared = _Shared(prepared)
         self._files: dict[str, int] = {}  # open input files, by path
         self._buffer = bytearray()  # where a file range is read
         # The numbers of the lines of the batch at hand to be read again exactly, once the
         # batch has been checked (a line handed over alone is checked by itself).
         self._exact: set[int] = set()
         self._checked = False
-        # A transcript in one kernel call (_kernel.reduce_transcript) when the policy is one the
-        # kernel runs and names no fragment but the history, which may change and holds messages.
-        prepared = self.prepared
-        path = prepared.transcript_path
-        self.fused = path.steps if path is not None else None
-        self.trigger, self.watermark = (path.trigger_chars, path.watermark_chars) if (
-            path is not None) else (-1, -1)
-        self.reduces = type(self.policy) is ReducePolicy
-        self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
-                                 for fid in ("system", "history", "question")}
+        # A transcript in one kernel call (_kernel.reduce_transcript, reduce_lines) when the
+        # policy is one the kernel runs and names no fragment but the history.
+        self.fused = facts.steps
+        self.trigger, self.watermark = facts.trigger, facts.watermark
+        self.reduces = facts.reduces
         self.scan = self.fused is not None and self.byte_path
-        self.reports = FusedReports(prepared, self.transcript_kinds)
         # Lines read as bytes (when scan is on: a policy the kernel runs in one call).
-        self.scanned = None if path is None else ScannedLines(
-            prepared, path, self.reports, runs=runs, with_reports=with_reports,
-            reduces=self.reduces)
+        self.scanned = None if self.fused is None else ScannedLines(
+            self.fused, self.trigger, self.watermark, self.objects_of, runs=runs,
+            with_reports=with_reports, reduces=self.reduces)
+
+    def objects_of(self) -> ObjectLines:
+        """The object path (the validated policy, its prepared form, the report templates),
+        made on first use and shared by the copies of this worker."""
+        shared = self._shared
+        if shared.objects is None:
+            with shared.lock:
+                if shared.objects is None:
+                    shared.objects = self._made_objects(shared.prepared)
+        return shared.objects
+
+    def _made_objects(self, prepared: PreparedPolicy | None) -> ObjectLines:
+        from .line_policy import validated_facts
+        from .objects import ObjectLines
+
+        if prepared is None:  # the facts came from the cache: validated now, for the first time
+            facts, prepared = validated_facts(self.policy_doc, self.handlers)
+            if facts != self.facts:  # a cache entry that disagrees with validation
+                raise RuntimeError("the cached facts of the policy disagree with the policy")
+        return ObjectLines(prepared, self.with_reports, self.handlers)
+
+    @property
+    def policy(self) -> Any:
+        """The validated policy."""
+        return self.objects_of().policy
+
+    @property
+    def prepared(self) -> PreparedPolicy:
+        return self.objects_of().prepared
+
+    @property
+    def reports(self) -> Any:
+        """The report templates (``templates.FusedReports``)."""
+        return self.objects_of().reports
 
     def line(self, number: int, raw: bytes | memoryview) -> LineResult:
-        exact = number in self._exact if self._checked else bool(long_digit_runs(raw))
-        try:
-            doc = orjson.loads(raw)
-        except orjson.JSONDecodeError as exc:
-            problem = json_problem(raw, exc, jsonl=True)
-            return LineResult(number, error=problem.message, column=problem.column)
-        if exact:  # orjson may have read an integer beyond 64 bits as a float: read it exactly
-            try:
-                doc = reread_exactly(raw)
-            except ValueError as exc:
-                return LineResult(number, error=str(exc))
-        try:
-            return self._process(number, doc)
-        except LineError as exc:
-            return LineResult(number, error=str(exc))
-        except (ContextPlanError, ContextPolicyError) as exc:
-            return LineResult(number, error=str(exc))
-        except ContextError as exc:
-            return LineResult(number, error=f"{type(exc).__name__}: {exc}")
-        except RecursionError:
-            return LineResult(number, error="the line is nested too deeply to be processed")
-
-    def _process(self, number: int, doc: Any) -> LineResult:
-        if not isinstance(doc, dict):
-            raise LineError(
-                'expected a JSON object (a transcript {"id", "messages"} or a plan '
-                f'{{"fragments"}}), got {type(doc).__name__}'
-                + (f": {top_level_hint(doc)}" if isinstance(doc, list) else "")
-            )
-        if "fragments" in doc:
-            plan_doc = {k: doc[k] for k in ("fragments", "original") if k in doc}
-            plan = as_plan(plan_doc)
-            transcript = False
-        elif "messages" in doc:
-            messages = doc["messages"]
-            if self.fused is not None and type(messages) is list:
-                return self._fused(number, doc, messages, self.fused)
-            plan = ContextPlan.from_messages(messages)
-            transcript = True
-        else:
-            keys = ", ".join(sorted(map(str, doc))) or "none"
-            raise LineError(
-                'expected a transcript {"id", "messages"} or a plan {"fragments"}; '
-                f"the object has keys: {keys}"
-            )
-        violation = False
-        try:
-            result = process_context(plan, self.policy, handlers=self.handlers or None)
-            report = result.report
-            out = dict(doc)
-            if transcript:
-                out["messages"] = result.input
-            else:
-                out["fragments"] = [
-                    f.model_dump(by_alias=True, exclude_none=True) for f in result.plan.fragments
-                ]
-        except ContextAuditError as exc:
-            report = exc.report
-            violation = True
-            out = doc
-        # dumps: orjson's bytes, also for what orjson reads but will not write (nesting deeper
-        # than 254 levels, integers beyond 64 bits).
-        line = LineResult(
-            number, output=dumps(out) + b"\n", figures=report_figures(report), violation=violation,
-        )
-        if self.with_reports:
-            # The line number is put in front by the caller, who knows where the batch began.
-            entry = {"id": doc.get("id"), "report": report.model_dump(by_alias=True, mode="json")}
-            line.report = dumps(entry)
-        return line
-
-    def _fused(
-        self, number: int, doc: dict[str, Any], messages: list[Any],
-        steps: tuple[tuple[str, int, int, int], ...],
-    ) -> LineResult:
-        prepared = self.prepared
-        raw = _kernel.reduce_transcript(messages, steps, self.trigger, self.watermark)
-        out = dict(doc)
-        out["messages"] = raw.input
-        # A validate reaches no target (report.targetReached is null).
-        line = LineResult(number, output=dumps(out) + b"\n", figures=fused_figures(
-            raw, self.reduces and raw.watermark_met, prepared))
-        if self.with_reports:
-            kinds = self.transcript_kinds
-            line.report = dumps({"id": doc.get("id"), "report": fused_report_json(
-                prepared, raw, [kinds[fid] for fid in raw.ids])})
-        return line
+        exact = number in self._exact if self._checked else None
+        return self.objects_of().line(number, raw, exact)
 
     def copy(self) -> LineWorker:
         """A worker for another thread: the same policy, a buffer and open files of its own."""
@@ -204,11 +154,12 @@ class LineWorker:
         self._files.clear()
 
     def __reduce__(self) -> tuple[Any, ...]:
-        # A spawned worker process validates the policy again from the document.
+        # A spawned worker process gets the document and its facts (validated again only if
+        # the object path is needed).
         # Handlers travel pickled (the built-in ones are plain objects with their parameters).
         # Whether lines are read as bytes travels too: a spawned process starts from defaults.
-        return (LineWorker, (self.policy_doc, self.with_reports, self.handlers, self.runs),
-                {"scan": self.scan})
+        return (LineWorker, (self.policy_doc, self.with_reports, self.handlers, self.runs,
+                             self.facts), {"scan": self.scan})
 
     def batch(
         self, batch: list[tuple[int, bytes]] | FileRange,

@@ -1,0 +1,180 @@
+"""What the line runner must know of a policy before it reads a line, kept on disk by the
+policy's bytes, so that a run whose lines all take the byte path starts without pydantic.
+
+A JSONL run reads most lines as bytes (``_kernel.reduce_lines``), which needs four facts of the
+policy: the trims (the byte path's steps), the trigger, the watermark and whether it reduces.
+Finding them means validating the policy, and pydantic's models cost a command several times
+what its one-line run costs. So the facts of a valid policy are written to a small JSON file
+named by a digest of the policy's canonical JSON and of the modules that validate it, and read
+from there by the next run of the same policy: a policy that changes by a byte, or a
+contextpolicy whose validation changes, misses and is validated again. An invalid policy is
+never kept (its errors come from validation, every time), and a file that cannot be read or
+written, or does not hold what it should, is validation again: the cache never changes a
+result, only when pydantic is imported.
+
+Where: ``CONTEXTPOLICY_CACHE_DIR`` when it is set (``off`` or empty: no cache), else the user's
+cache folder (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
+``%LOCALAPPDATA%`` on Windows), under ``contextpolicy/policies``.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable, Mapping
+from typing import Any, NamedTuple
+
+try:  # hashlib's own blake2b, without loading OpenSSL (hashlib's import does)
+    from _blake2 import blake2b
+except ImportError:  # pragma: no cover - an interpreter without it
+    from hashlib import blake2b
+
+import orjson
+
+__all__ = ["CACHE_VARIABLE", "LinePolicy", "cache_folder", "line_policy"]
+
+CACHE_VARIABLE = "CONTEXTPOLICY_CACHE_DIR"
+FORMAT = 1  # of the files: a file of another format is a miss
+# The modules whose code decides what a valid policy's facts are (a change to one of them is a
+# change of key): the policy's models and rules, the prepared policy, and this module.
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_SOURCES = ("policy", "prepared.py", "_tables.py", os.path.join("jsonl", "line_policy.py"),
+            "__init__.py")
+
+
+class LinePolicy(NamedTuple):
+    """The facts of a valid policy the line runner needs before any line."""
+
+    # (fragment id, grouping code, keep_groups, target_chars) of each trim of the byte path;
+    # None when lines cannot take it (every line is parsed and run as objects)
+    steps: tuple[tuple[str, int, int, int], ...] | None
+    trigger: int  # chars, -1: none
+    watermark: int  # chars, -1: none
+    reduces: bool  # a reduce policy (a validate reaches no target)
+    # (JSON path, id) of every handlerId the policy names
+    handlers: tuple[tuple[str, str], ...]
+
+
+def cache_folder() -> str | None:
+    """Where validated policies' facts are kept, or ``None`` when the cache is off."""
+    chosen = os.environ.get(CACHE_VARIABLE)
+    if chosen is not None:
+        return None if chosen.strip() in ("", "off") else os.path.join(chosen, "policies")
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":
+        base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+        return os.path.join(base, "contextpolicy", "Cache", "policies")
+    if sys.platform == "darwin":
+        return os.path.join(home, "Library", "Caches", "contextpolicy", "policies")
+    base = os.environ.get("XDG_CACHE_HOME") or ""
+    return os.path.join(base if os.path.isabs(base) else os.path.join(home, ".cache"),
+                        "contextpolicy", "policies")
+
+
+def _code_stamp() -> bytes:
+    # The size and modification time of every module that decides the facts.
+    parts = []
+    for name in _SOURCES:
+        path = os.path.join(_PACKAGE, name)
+        paths = ([os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".py")]
+                 if os.path.isdir(path) else [path])
+        for each in paths:
+            st = os.stat(each)
+            parts.append(b"%s:%d:%d" % (os.path.basename(each).encode(), st.st_size,
+                                        st.st_mtime_ns))
+    return b";".join(parts)
+
+
+def _key(policy: Any) -> str | None:
+    """The digest naming ``policy``'s file: its canonical JSON (keys sorted), the format and the
+    code that validates it. ``None`` for a document JSON cannot hold (YAML's dates, say)."""
+    from .. import __version__
+
+    try:
+        canonical = orjson.dumps(policy, option=orjson.OPT_SORT_KEYS)
+        stamp = _code_stamp()
+    except (TypeError, OSError):
+        return None
+    digest = blake2b(digest_size=20)
+    for part in (b"contextpolicy line policy %d" % FORMAT, __version__.encode(), stamp,
+                 canonical):
+        digest.update(b"%d:" % len(part) + part)
+    return digest.hexdigest()
+
+
+def _read(path: str) -> LinePolicy | None:
+    try:
+        with open(path, "rb") as f:
+            doc = orjson.loads(f.read())
+        steps = doc["steps"]
+        facts = LinePolicy(
+            None if steps is None else tuple(
+                (str(s[0]), int(s[1]), int(s[2]), int(s[3])) for s in steps),
+            int(doc["trigger"]), int(doc["watermark"]), bool(doc["reduces"]),
+            tuple((str(p), str(n)) for p, n in doc["handlers"]))
+    except Exception:  # a file that is not one of ours, or broken: a miss
+        return None
+    if doc != _document(facts):  # every value exactly what was written
+        return None
+    return facts
+
+
+def _document(facts: LinePolicy) -> dict[str, Any]:
+    return {"format": FORMAT,
+            "steps": None if facts.steps is None else [list(s) for s in facts.steps],
+            "trigger": facts.trigger, "watermark": facts.watermark, "reduces": facts.reduces,
+            "handlers": [list(h) for h in facts.handlers]}
+
+
+def _write(path: str, facts: LinePolicy) -> None:
+    # Written whole to a file of its own, then renamed into place: a reader sees the old file,
+    # none, or the new one. A folder that cannot be made or written is no cache, and no error.
+    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(temp, "wb") as f:
+            f.write(orjson.dumps(_document(facts)))
+        os.replace(temp, path)
+    except OSError:
+        try:
+            os.unlink(temp)
+        except OSError:
+            pass
+
+
+def validated_facts(policy: Any, handlers: Mapping[str, Callable[..., Any]] | None,
+                    ) -> tuple[LinePolicy, Any]:
+    """The facts of ``policy`` found by validating it (a ``ContextPolicyError`` when it is not
+    valid), and the :class:`~contextpolicy.prepared.PreparedPolicy` they come from."""
+    from ..policy import ReducePolicy, validate_context_policy
+    from ..policy.validation import references
+    from ..prepared import PreparedPolicy
+
+    typed = validate_context_policy(policy)
+    prepared = PreparedPolicy.of_valid(typed, dict(handlers or {}), None)
+    path = prepared.transcript_path
+    named = tuple((ref.path, ref.name) for ref in references(typed)
+                  if ref.what == "handler" and isinstance(ref.name, str))
+    facts = LinePolicy(
+        None if path is None else tuple(tuple(s) for s in path.steps),  # type: ignore[misc]
+        path.trigger_chars if path is not None else -1,
+        path.watermark_chars if path is not None else -1,
+        type(typed) is ReducePolicy, named)
+    return facts, prepared
+
+
+def line_policy(policy: Any, handlers: Mapping[str, Callable[..., Any]] | None = None,
+                ) -> tuple[LinePolicy, Any]:
+    """The facts of ``policy`` (a document) for the line runner, and its prepared policy when
+    it had to be validated for them (``None`` when they came from the cache). Raises
+    ``ContextPolicyError`` for a policy that is not valid."""
+    folder = cache_folder()
+    key = _key(policy) if folder is not None and not handlers else None
+    if key is not None and folder is not None:
+        found = _read(os.path.join(folder, f"{key}.json"))
+        if found is not None:
+            return found, None
+    facts, prepared = validated_facts(policy, handlers)
+    if key is not None and folder is not None:
+        _write(os.path.join(folder, f"{key}.json"), facts)
+    return facts, prepared
