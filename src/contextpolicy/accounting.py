@@ -8,17 +8,19 @@ The two are never derived from each other.
 from __future__ import annotations
 
 import inspect
+import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol, runtime_checkable
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from . import _kernel
 from ._read import exact_str
 from .content import plain_copy
 from .errors import ContextPolicyError
 from .plan import Fragment
+
+if TYPE_CHECKING:  # numpy is imported where an array is made, never with this module
+    import numpy as np
+    import numpy.typing as npt
 
 __all__ = [
     "FragmentMeasure",
@@ -29,6 +31,12 @@ __all__ = [
     "measure_fragment",
     "measure_messages",
 ]
+
+
+def _is_numpy_integer(value: Any) -> bool:
+    # A numpy integer (np.int64, ...): none can exist before numpy is imported.
+    numpy = sys.modules.get("numpy")
+    return numpy is not None and isinstance(value, numpy.integer)
 
 
 @runtime_checkable
@@ -87,7 +95,7 @@ class TokenCounter:
 
     @staticmethod
     def _checked(value: Any, what: str) -> int:
-        if type(value) is not int and not isinstance(value, np.integer):
+        if type(value) is not int and not _is_numpy_integer(value):
             raise ContextPolicyError(
                 f"{what} returned {type(value).__name__} {value!r}; expected an int",
                 path="counter", code="invalid-counter-result",
@@ -161,6 +169,8 @@ class TokenCounter:
                 "the counter's figures add up past 64 bits", path="counter",
                 code="invalid-counter-result",
             )
+        import numpy as np
+
         sums = np.zeros(len(pieces) + 1, dtype=np.int64)
         np.cumsum(np.asarray(figures, dtype=np.int64), out=sums[1:])
         at = np.asarray(ends, dtype=np.int64)
