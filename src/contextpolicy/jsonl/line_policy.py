@@ -85,15 +85,35 @@ def _code_stamp() -> bytes:
     return b";".join(parts)
 
 
+def _plain(value: Any, depth: int) -> bool:
+    # Only JSON's own types, exactly (each writes JSON no other value writes), finite floats,
+    # string keys, not too deep.
+    kind = type(value)
+    if kind is str or kind is bool or kind is int or value is None:
+        return True
+    if kind is float:
+        return value - value == 0.0  # not NaN nor infinite
+    if depth > 64:
+        return False
+    if kind is dict:
+        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return all(_plain(v, depth + 1) for v in value)
+    return False
+
+
 def _key(policy: Any) -> str | None:
     """The digest naming ``policy``'s file: its canonical JSON (keys sorted), the format and the
-    code that validates it. ``None`` for a document JSON cannot hold (YAML's dates, say)."""
+    code that validates it. ``None`` for a document that is not plain JSON (YAML's dates, a
+    subclass, NaN): another value would write the same JSON, so it is validated every time."""
     from .. import __version__
 
+    if not _plain(policy, 0):
+        return None
     try:
         canonical = orjson.dumps(policy, option=orjson.OPT_SORT_KEYS)
         stamp = _code_stamp()
-    except (TypeError, OSError):
+    except (TypeError, OSError):  # an integer beyond 64 bits; a module that cannot be read
         return None
     digest = blake2b(digest_size=20)
     for part in (b"contextpolicy line policy %d" % FORMAT, __version__.encode(), stamp,
@@ -105,7 +125,8 @@ def _key(policy: Any) -> str | None:
 def _read(path: str) -> LinePolicy | None:
     try:
         with open(path, "rb") as f:
-            doc = orjson.loads(f.read())
+            raw = f.read()
+        doc = orjson.loads(raw)
         steps = doc["steps"]
         facts = LinePolicy(
             None if steps is None else tuple(
@@ -114,7 +135,7 @@ def _read(path: str) -> LinePolicy | None:
             tuple((str(p), str(n)) for p, n in doc["handlers"]))
     except Exception:  # a file that is not one of ours, or broken: a miss
         return None
-    if doc != _document(facts):  # every value exactly what was written
+    if raw != orjson.dumps(_document(facts)):  # every byte what was written
         return None
     return facts
 
@@ -135,10 +156,10 @@ def _write(path: str, facts: LinePolicy) -> None:
         with open(temp, "wb") as f:
             f.write(orjson.dumps(_document(facts)))
         os.replace(temp, path)
-    except OSError:
+    except (OSError, ValueError):  # ValueError: a NUL in the folder's name
         try:
             os.unlink(temp)
-        except OSError:
+        except (OSError, ValueError):
             pass
 
 

@@ -112,8 +112,14 @@ class LineWorker:
 
         if prepared is None:  # the facts came from the cache: validated now, for the first time
             facts, prepared = validated_facts(self.policy_doc, self.handlers)
-            if facts != self.facts:  # a cache entry that disagrees with validation
-                raise RuntimeError("the cached facts of the policy disagree with the policy")
+            if facts != self.facts:  # a cache file changed by hand
+                from .files import FileError
+                from .line_policy import cache_folder
+
+                raise FileError(
+                    f"{cache_folder()}: the cached facts of the policy disagree with the policy "
+                    f"(a file changed by hand?): delete the folder, or set "
+                    f"CONTEXTPOLICY_CACHE_DIR=off")
         return ObjectLines(prepared, self.with_reports, self.handlers)
 
     @property
