@@ -4,6 +4,11 @@ over the same lines. ``--jobs 2`` against ``--jobs 1`` on this 2-core machine, `
 with ``--report``, and ``--jobs 1`` with every line parsed into objects (the object path, the
 runner's ``byte_path`` off) against the lines read as bytes.
 
+Each is timed twice: in this process (``main(...)``, the work alone) and as a whole process
+(the installed command, started, run and ended: what a user times). ``--jobs 2`` is held to the
+ceiling of this machine at the moment: two independent ``--jobs 1`` runs started together, in
+two processes (their throughput together, ``2 x size / time``).
+
 Each command writes to an output of its own that is removed before it runs: replacing the last
 round's output would add the file system's unlinking of it to the command's time."""
 
@@ -14,7 +19,9 @@ import json
 import mmap
 import multiprocessing
 import os
+import shutil
 import statistics
+import subprocess
 import sys
 import time
 
@@ -108,6 +115,25 @@ def side_by_side(folder, path):
         assert run.exitcode == 0
 
 
+def command() -> list[str]:
+    """The installed command (``python -m contextpolicy`` where it is not on the path)."""
+    found = shutil.which("contextpolicy", path=os.path.dirname(sys.executable))
+    return [found] if found else [sys.executable, "-m", "contextpolicy"]
+
+
+def whole(args: list[str]) -> None:
+    """The command in a process of its own, as a user runs it."""
+    subprocess.run([*command(), *args], check=True, stdin=subprocess.DEVNULL)
+
+
+def whole_side_by_side(folder, path) -> None:
+    """Two independent whole ``reduce --jobs 1`` processes started together."""
+    runs = [subprocess.Popen([*command(), *reduce_args(folder, path, 1, f"ptwin{i}.jsonl")],
+                             stdin=subprocess.DEVNULL) for i in range(2)]
+    for run in runs:
+        assert run.wait() == 0
+
+
 def test_orjson_loads_floor(benchmark, corpus):
     folder, path, size, count, _ = corpus
     label(benchmark, corpus, "orjson-loads")
@@ -140,6 +166,11 @@ def test_reduce_ratios_interleaved(benchmark, corpus, request):
         "jobs2": lambda: main(reduce_args(folder, path, 2)),
         "twins": lambda: side_by_side(folder, path),
         "objects": lambda: objects(reduce_args(folder, path, 1, "outo.jsonl")),
+        "process-jobs1": lambda: whole(reduce_args(folder, path, 1, "pout1.jsonl")),
+        "process-report": lambda: whole(reduce_args(folder, path, 1, "poutr.jsonl",
+                                                    report=True)),
+        "process-jobs2": lambda: whole(reduce_args(folder, path, 2, "pout2.jsonl")),
+        "process-twins": lambda: whole_side_by_side(folder, path),
     }
     names = list(commands)
     rounds: list[dict[str, float]] = []
@@ -165,6 +196,15 @@ def test_reduce_ratios_interleaved(benchmark, corpus, request):
             2 * r["jobs1"] / r["twins"] for r in rounds),
         "jobs1 bytes speedup over jobs1 objects": statistics.median(
             r["objects"] / r["jobs1"] for r in rounds),
+        "jobs2 / two-process ceiling": statistics.median(
+            r["twins"] / (2 * r["jobs2"]) for r in rounds),
+        # whole processes: start-up, the run and the exit, as a user times the command
+        "whole process: jobs1 throughput / orjson.loads": statistics.median(
+            r["floor"] / r["process-jobs1"] for r in rounds),
+        "whole process: jobs1 --report throughput / orjson.loads": statistics.median(
+            r["floor"] / r["process-report"] for r in rounds),
+        "whole process: jobs2 / two-process ceiling": statistics.median(
+            r["process-twins"] / (2 * r["process-jobs2"]) for r in rounds),
     }
     # the share of lines read as bytes, from the run's summary
     main(reduce_args(folder, path, 1, "outs.jsonl", report=True))
@@ -173,5 +213,7 @@ def test_reduce_ratios_interleaved(benchmark, corpus, request):
     assert paths["bytes"] + paths["objects"] == count
     with open(folder / "outo.jsonl", "rb") as a, open(folder / "out1.jsonl", "rb") as b:
         assert [orjson.loads(x) for x in a] == [orjson.loads(y) for y in b]
+    for name in ("pout1", "pout2", "ptwin0", "ptwin1"):  # whole processes: the same bytes
+        assert (folder / f"{name}.jsonl").read_bytes() == (folder / "out1.jsonl").read_bytes()
     benchmark.extra_info["rounds"] = rounds
     assert len(rounds) == (ROUNDS if measuring(request.config) else 1)
