@@ -56,10 +56,15 @@ def test_the_cache_gives_what_validation_gives(cache, name):
 
 
 def test_the_seed_policys_facts():
+    from contextpolicy.jsonl.worker import LineWorker
+
     facts, _ = lp.validated_facts(SEED_POLICY, None)
-    assert facts == lp.LinePolicy((("history", 0, 2, 1000),), 1800, 1500, True, ())
+    assert facts[:5] == ((("history", 0, 2, 1000),), 1800, 1500, True, ())
+    # the kernel's report template, kept too: a --report run needs no pydantic either
+    assert facts.entry is not None
+    assert facts.entry == LineWorker(SEED_POLICY, True).reports.entry_template()
     compress, _ = lp.validated_facts(POLICIES["compress"], None)
-    assert compress.steps is None and compress.reduces
+    assert compress.steps is None and compress.reduces and compress.entry is None
     assert [name for _, name in compress.handlers] == ["clear-tool-results", "short-texts"]
 
 

@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from contextpolicy.synthetic import corpus
 from tests.support.cli import EXAMPLES
 
 HEAVY = ("numpy", "pydantic", "pydantic_core", "rich", "multiprocessing", "yaml")
@@ -33,12 +34,19 @@ def _loaded(argv: list[str], env: dict[str, str], cwd) -> tuple[int, set[str]]:
 
 
 @pytest.mark.c_extension
-@pytest.mark.parametrize("quiet", [True, False])
-def test_a_byte_path_run_loads_no_heavy_module_once_its_policy_is_cached(tmp_path, quiet):
+@pytest.mark.parametrize("quiet, report", [(True, False), (False, False), (True, True)],
+                         ids=["quiet", "summary", "report"])
+def test_a_byte_path_run_loads_no_heavy_module_once_its_policy_is_cached(tmp_path, quiet,
+                                                                         report):
     env = {**os.environ, "CONTEXTPOLICY_CACHE_DIR": str(tmp_path / "cache"),
            "CONTEXTPOLICY_PURE_PYTHON": ""}
-    argv = ["reduce", str(EXAMPLES / "transcripts.jsonl"), "--policy",
-            str(EXAMPLES / "policy-reduce.json"), "-o", "out.jsonl"] + (["-q"] if quiet else [])
+    # chats whose report entries the kernel writes from the policy's template (a line with a
+    # warning has its entry written in full, by the report models)
+    chats = corpus("chats", 30, seed=500)
+    (tmp_path / "chats.jsonl").write_bytes(b"".join(
+        json.dumps({"id": k, "messages": m}).encode() + b"\n" for k, m in enumerate(chats)))
+    argv = ["reduce", "chats.jsonl", "--policy", str(EXAMPLES / "policy-reduce.json"), "-o",
+            "out.jsonl"] + (["-q"] if quiet else []) + (["--report", "r.json"] if report else [])
     code, first = _loaded(argv, env, tmp_path)  # validates the policy, and keeps its facts
     assert code == 0 and "pydantic" in first
     code, modules = _loaded(argv, env, tmp_path)
@@ -51,6 +59,8 @@ def test_a_byte_path_run_loads_no_heavy_module_once_its_policy_is_cached(tmp_pat
     assert not {"contextpolicy.core", "contextpolicy.policy", "contextpolicy.report",
                 "contextpolicy.jsonl.objects", "contextpolicy.cli.tables"} & modules
     assert (tmp_path / "out.jsonl").read_bytes().count(b"\n") == 30
+    if report:
+        assert len(json.loads((tmp_path / "r.json").read_text())["conversations"]) == 30
 
 
 @pytest.mark.c_extension

@@ -34,11 +34,13 @@ import orjson
 __all__ = ["CACHE_VARIABLE", "LinePolicy", "cache_folder", "line_policy"]
 
 CACHE_VARIABLE = "CONTEXTPOLICY_CACHE_DIR"
-FORMAT = 1  # of the files: a file of another format is a miss
+FORMAT = 2  # of the files: a file of another format is a miss
 # The modules whose code decides what a valid policy's facts are (a change to one of them is a
-# change of key): the policy's models and rules, the prepared policy, and this module.
+# change of key): the policy's models and rules, the prepared policy, the report and its
+# template, and this module.
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SOURCES = ("policy", "prepared.py", "_tables.py", os.path.join("jsonl", "line_policy.py"),
+_SOURCES = ("policy", "prepared.py", "_tables.py", "_records.py", "fused.py", "report.py",
+            os.path.join("jsonl", "line_policy.py"), os.path.join("jsonl", "templates.py"),
             "__init__.py")
 
 
@@ -53,6 +55,9 @@ class LinePolicy(NamedTuple):
     reduces: bool  # a reduce policy (a validate reaches no target)
     # (JSON path, id) of every handlerId the policy names
     handlers: tuple[tuple[str, str], ...]
+    # the template of a line's report entry for _kernel.report_lines (the programs of
+    # templates.FusedReports.entry_template), or None (no byte path, or no template)
+    entry: tuple[Any, ...] | None = None
 
 
 def cache_folder() -> str | None:
@@ -103,10 +108,10 @@ def _plain(value: Any, depth: int) -> bool:
 
 
 def _key(policy: Any) -> str | None:
-    """The digest naming ``policy``'s file: its canonical JSON (keys sorted), the format and the
-    code that validates it. ``None`` for a document that is not plain JSON (YAML's dates, a
+    """The digest naming ``policy``'s file: its canonical JSON (keys sorted), the format, the
+    live kernel and the code that validates it. ``None`` for a document that is not plain JSON (YAML's dates, a
     subclass, NaN): another value would write the same JSON, so it is validated every time."""
-    from .. import __version__
+    from .. import __version__, _kernel
 
     if not _plain(policy, 0):
         return None
@@ -116,7 +121,9 @@ def _key(policy: Any) -> str | None:
     except (TypeError, OSError):  # an integer beyond 64 bits; a module that cannot be read
         return None
     digest = blake2b(digest_size=20)
-    for part in (b"contextpolicy line policy %d" % FORMAT, __version__.encode(), stamp,
+    # The live kernel too: a report names the kernel that wrote it, and so does its template.
+    kernel = str(_kernel.kernel_info()["implementation"]).encode()
+    for part in (b"contextpolicy line policy %d" % FORMAT, __version__.encode(), kernel, stamp,
                  canonical):
         digest.update(b"%d:" % len(part) + part)
     return digest.hexdigest()
@@ -132,7 +139,10 @@ def _read(path: str) -> LinePolicy | None:
             None if steps is None else tuple(
                 (str(s[0]), int(s[1]), int(s[2]), int(s[3])) for s in steps),
             int(doc["trigger"]), int(doc["watermark"]), bool(doc["reduces"]),
-            tuple((str(p), str(n)) for p, n in doc["handlers"]))
+            tuple((str(p), str(n)) for p, n in doc["handlers"]),
+            None if doc["entry"] is None else (
+                _program(doc["entry"][0]), tuple(map(_program, doc["entry"][1])),
+                tuple(map(_program, doc["entry"][2]))))
     except Exception:  # a file that is not one of ours, or broken: a miss
         return None
     if raw != orjson.dumps(_document(facts)):  # every byte what was written
@@ -140,11 +150,25 @@ def _read(path: str) -> LinePolicy | None:
     return facts
 
 
+def _program(written: list[Any]) -> tuple[Any, ...]:
+    # A program of the entry template: its pieces of bytes (written as UTF-8 strings: a report
+    # is UTF-8) and the slot codes (ints) between them.
+    return tuple(p.encode("utf-8") if type(p) is str else int(p) for p in written)
+
+
+def _written(program: tuple[Any, ...]) -> list[Any]:
+    return [p.decode("utf-8") if type(p) is bytes else p for p in program]
+
+
 def _document(facts: LinePolicy) -> dict[str, Any]:
+    entry = facts.entry
     return {"format": FORMAT,
             "steps": None if facts.steps is None else [list(s) for s in facts.steps],
             "trigger": facts.trigger, "watermark": facts.watermark, "reduces": facts.reduces,
-            "handlers": [list(h) for h in facts.handlers]}
+            "handlers": [list(h) for h in facts.handlers],
+            "entry": None if entry is None else [
+                _written(entry[0]), [_written(p) for p in entry[1]],
+                [_written(p) for p in entry[2]]]}
 
 
 def _write(path: str, facts: LinePolicy) -> None:
@@ -167,9 +191,11 @@ def validated_facts(policy: Any, handlers: Mapping[str, Callable[..., Any]] | No
                     ) -> tuple[LinePolicy, Any]:
     """The facts of ``policy`` found by validating it (a ``ContextPolicyError`` when it is not
     valid), and the :class:`~contextpolicy.prepared.PreparedPolicy` they come from."""
+    from ..plan import PROTECTED_KINDS
     from ..policy import ReducePolicy, validate_context_policy
     from ..policy.validation import references
     from ..prepared import PreparedPolicy
+    from .templates import FusedReports
 
     typed = validate_context_policy(policy)
     prepared = PreparedPolicy.of_valid(typed, dict(handlers or {}), None)
@@ -180,8 +206,15 @@ def validated_facts(policy: Any, handlers: Mapping[str, Callable[..., Any]] | No
         None if path is None else tuple(tuple(s) for s in path.steps),  # type: ignore[misc]
         path.trigger_chars if path is not None else -1,
         path.watermark_chars if path is not None else -1,
-        type(typed) is ReducePolicy, named)
+        type(typed) is ReducePolicy, named,
+        None if path is None else FusedReports(prepared, transcript_kinds(PROTECTED_KINDS))
+        .entry_template())
     return facts, prepared
+
+
+def transcript_kinds(protected: frozenset[str]) -> dict[str, tuple[str, bool]]:
+    """The fragments a transcript is split into: their kinds, and whether each is protected."""
+    return {fid: (fid, fid in protected) for fid in ("system", "history", "question")}
 
 
 def line_policy(policy: Any, handlers: Mapping[str, Callable[..., Any]] | None = None,

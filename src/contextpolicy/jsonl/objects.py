@@ -22,6 +22,7 @@ from ..report import ContextReport
 from .diagnose import json_problem, top_level_hint
 from .digits import long_digit_runs
 from .files import dumps, reread_exactly
+from .line_policy import transcript_kinds
 from .results import Figures, LineError, LineResult
 from .templates import FusedReports
 
@@ -45,8 +46,7 @@ class ObjectLines:
         self.trigger, self.watermark = (path.trigger_chars, path.watermark_chars) if (
             path is not None) else (-1, -1)
         self.reduces = type(self.policy) is ReducePolicy
-        self.transcript_kinds = {fid: (fid, fid in PROTECTED_KINDS)
-                                 for fid in ("system", "history", "question")}
+        self.transcript_kinds = transcript_kinds(PROTECTED_KINDS)
         self.reports = FusedReports(prepared, self.transcript_kinds)
 
     def line(self, number: int, raw: bytes | memoryview, exact: bool | None) -> LineResult:

@@ -40,14 +40,16 @@ ObjectPath = Callable[[int, Any], LineResult]
 class ScannedLines:
     """Results of lines read as bytes with a policy the kernel runs in one call (its trims
     ``steps``, ``trigger`` and ``watermark``): consecutive lines of the byte path as one run
-    (``runs``, without reports) or one result per line, with report entries when asked (from
-    the object path's templates, ``objects()``, made when first needed); what it holds never
-    changes, so copies of a worker share it."""
+    (``runs``, without reports) or one result per line, with report entries when asked (the
+    kernel's from ``entry``; a line it writes none for, from the object path's templates,
+    ``objects()``, made when first needed); what it holds never changes, so copies of a
+    worker share it."""
 
     def __init__(self, steps: tuple[tuple[str, int, int, int], ...], trigger: int,
                  watermark: int, objects: Callable[[], ObjectLines], *, runs: bool,
-                 with_reports: bool, reduces: bool) -> None:
+                 with_reports: bool, reduces: bool, entry: tuple[Any, ...] | None) -> None:
         self.steps, self.trigger, self.watermark = steps, trigger, watermark
+        self.entry = entry  # the template of report entries (LinePolicy.entry)
         self.objects = objects
         self.per_line, self.with_reports, self.reduces = not runs, with_reports, reduces
 
@@ -76,8 +78,7 @@ class ScannedLines:
                stops: list[int], object_path: ObjectPath) -> list[LineResult]:
         per_line, with_reports = self.per_line, self.with_reports
         # A run's report entries written by the kernel from the policy's template.
-        template = (self.objects().reports.entry_template() if with_reports and not per_line
-                    else None)
+        template = self.entry if with_reports and not per_line else None
         entries, entry_at = b"", [0]
         raws: list[Any] | None
         if template is not None:

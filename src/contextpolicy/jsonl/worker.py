@@ -94,7 +94,7 @@ class LineWorker:
         # Lines read as bytes (when scan is on: a policy the kernel runs in one call).
         self.scanned = None if self.fused is None else ScannedLines(
             self.fused, self.trigger, self.watermark, self.objects_of, runs=runs,
-            with_reports=with_reports, reduces=self.reduces)
+            with_reports=with_reports, reduces=self.reduces, entry=facts.entry)
 
     def objects_of(self) -> ObjectLines:
         """The object path (the validated policy, its prepared form, the report templates),
