@@ -109,8 +109,9 @@ def _plain(value: Any, depth: int) -> bool:
 
 def _key(policy: Any) -> str | None:
     """The digest naming ``policy``'s file: its canonical JSON (keys sorted), the format, the
-    live kernel and the code that validates it. ``None`` for a document that is not plain JSON (YAML's dates, a
-    subclass, NaN): another value would write the same JSON, so it is validated every time."""
+    live kernel and the code that validates it. ``None`` for a document that is not plain JSON
+    (YAML's dates, a subclass, NaN): another value would write the same JSON, so it is
+    validated every time."""
     from .. import __version__, _kernel
 
     if not _plain(policy, 0):
