@@ -6,8 +6,11 @@ of the machine weighs on every kind alike), against ``python -c "import orjson"`
 
 - ``orjson-import``: the floor, ``python -c "import orjson"``;
 - ``reduce-one-line``: ``contextpolicy reduce`` (the installed command) of a one-line JSONL
-  file with the seed policy, ``-q``, output to a file;
+  file with the seed policy, ``-q``, output to a file, the policy's facts in the cache of
+  validated policies (``jsonl.line_policy``; every run after a policy's first);
 - ``reduce-one-line-report``: the same with ``--report``;
+- ``reduce-one-line-uncached``: the same with the cache off (``CONTEXTPOLICY_CACHE_DIR=off``):
+  what a policy's first run pays, validating it with pydantic;
 - ``first-process-context``: ``import contextpolicy`` and one ``process_context`` of a six-message
   chat with the seed policy.
 
@@ -60,13 +63,25 @@ def _kinds(folder: Path) -> dict[str, list[str]]:
         "orjson-import": [sys.executable, "-c", "import orjson"],
         "reduce-one-line": reduce,
         "reduce-one-line-report": [*reduce, "--report", str(folder / "report.json")],
+        "reduce-one-line-uncached": [*reduce, UNCACHED],
         "first-process-context": [sys.executable, "-c", script],
     }
 
 
+# As an installed package runs: its modules' bytecode cached (pip compiles it at install).
+ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+
+
+UNCACHED = "--uncached"  # (a mark of this benchmark's, not an option: the cache off)
+
+
 def _run(argv: list[str]) -> float:
+    env = ENV
+    if argv[-1] == UNCACHED:
+        argv, env = argv[:-1], {**ENV, "CONTEXTPOLICY_CACHE_DIR": "off"}
     start = time.perf_counter()
-    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    subprocess.run(argv, check=True, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                   env=env)
     return time.perf_counter() - start
 
 
