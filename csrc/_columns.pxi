@@ -179,7 +179,8 @@ cdef _find_numpy_handler():
     cdef void **table = <void **>PyCapsule_GetPointer(umath._ARRAY_API, NULL)
     if (<unsigned int (*)() noexcept>table[211])() < 0xf:  # the C API of numpy 1.22
         return
-    _POOL_CAPSULE = PyCapsule_New(<void *>&cp_pool_the_handler, "mem_handler", NULL)
+    if _POOL_CAPSULE is None:  # one capsule, whichever thread looks first
+        _POOL_CAPSULE = PyCapsule_New(<void *>&cp_pool_the_handler, "mem_handler", NULL)
     _numpy_get_handler = <_get_handler_t>table[305]
     _numpy_set_handler = <_set_handler_t>table[304]
 
@@ -189,14 +190,16 @@ cdef bint _handler_sought = False
 
 cdef _numpy_handler():
     # Looked for once, when first needed (numpy is imported then, not with the kernel).
+    # Marked sought only once found: a thread that comes meanwhile (numpy's import lets others
+    # run) looks too, and finds the same handler.
     global _handler_sought, _numpy_set_handler
     if _handler_sought:
         return
-    _handler_sought = True
     try:
         _find_numpy_handler()
     except Exception:  # no handler API: arrays are numpy's own, as on the twin
         _numpy_set_handler = NULL
+    _handler_sought = True
 
 
 @cython.final

@@ -502,10 +502,11 @@ def figure_sums(figures, Py_ssize_t start, Py_ssize_t stop):
     if not 0 <= start <= stop <= fig.shape[0] // CP_FIGURE_COUNT:
         raise ValueError(f"lines {start}..{stop} lie outside the "
                          f"{fig.shape[0] // CP_FIGURE_COUNT} lines")
-    cdef int64_t sums[CP_FIGURE_COUNT]
+    # added as unsigned: beyond int64 a sum wraps, as numpy's does (the twin's too)
+    cdef uint64_t sums[CP_FIGURE_COUNT]
     cdef Py_ssize_t k, j
     memset(sums, 0, sizeof(sums))
     for k in range(start, stop):
         for j in range(CP_FIGURE_COUNT):
-            sums[j] += fig[k * CP_FIGURE_COUNT + j]
-    return [sums[j] for j in range(CP_FIGURE_COUNT)]
+            sums[j] += <uint64_t>fig[k * CP_FIGURE_COUNT + j]
+    return [<int64_t>sums[j] for j in range(CP_FIGURE_COUNT)]

@@ -433,4 +433,5 @@ def figure_sums(figures: Any, start: int, stop: int) -> list[int]:
     for k in range(start, stop):
         for j, value in enumerate(values[k * SCAN_FIGURES:(k + 1) * SCAN_FIGURES]):
             sums[j] += value
-    return sums
+    # beyond int64 a sum wraps, as numpy's and the compiled kernel's do
+    return [(s + 2**63) % 2**64 - 2**63 for s in sums]

@@ -540,3 +540,14 @@ def _orjson_message(text: str) -> str:
     except orjson.JSONDecodeError as exc:
         return str(exc.msg)
     raise AssertionError(text)
+
+
+def test_a_document_named_with_a_trailing_slash_is_the_file(workdir):
+    # as pathlib reads it: policy.json/ is policy.json
+    result = subprocess.run([sys.executable, "-m", "contextpolicy", "validate", "policy.json/"],
+                            capture_output=True, cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    empty = subprocess.run([sys.executable, "-m", "contextpolicy", "validate", ""],
+                           capture_output=True, cwd=workdir)
+    assert empty.returncode == 2
+    assert b"cannot read the policy (Is a directory)" in empty.stderr

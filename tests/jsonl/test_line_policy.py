@@ -180,7 +180,7 @@ def test_a_tampered_file_is_found_out_when_the_policy_is_validated(cache):
     path.write_text(json.dumps(doc, separators=(",", ":")))  # as the cache writes it
     worker = LineWorker(SEED_POLICY, False)
     assert worker.trigger == 7  # what the file says: the cache is trusted like the code
-    with pytest.raises(FileError, match="cached facts of the policy disagree with the policy"):
+    with pytest.raises(FileError, match="cached facts of this policy disagree with the policy"):
         worker.objects_of()
 
 
@@ -211,3 +211,60 @@ def test_the_command_gives_the_same_bytes_with_the_cache_on_or_off(tmp_path, arg
     assert outputs[0] == outputs[1] == outputs[2]
     assert outputs[0][0].count(b"\n") == 30
     assert len(files(tmp_path / "c" / "policies")) == 1
+
+
+# ---------------------------------------------------------------------------------------------
+# what the cache never trusts
+
+
+def test_a_policy_of_more_values_than_a_policy_has_is_never_keyed(cache):
+    level: object = "x"
+    for _ in range(4):  # what YAML's aliases make of a few lines: 10**4 values and more
+        level = [level] * 10
+    policy = {**SEED_POLICY, "note": level}
+    assert lp._key(policy) is None
+    with pytest.raises(ContextPolicyError):
+        lp.line_policy(policy)
+    assert files(cache) == []
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="POSIX files")
+@pytest.mark.parametrize("kind", ["fifo", "symlink", "group-writable", "folder"])
+def test_a_file_that_is_not_this_users_own_is_a_miss(cache, tmp_path, kind):
+    expected, _ = lp.line_policy(SEED_POLICY)
+    (path,) = files(cache)
+    written = path.read_bytes()
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)  # never read: a pipe would wait for a writer
+    elif kind == "symlink":
+        (tmp_path / "elsewhere.json").write_bytes(written)
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "group-writable":
+        path.write_bytes(written)
+        path.chmod(0o664)
+    else:
+        path.mkdir()
+    facts, prepared = lp.line_policy(SEED_POLICY)
+    assert facts == expected and prepared is not None
+
+
+def test_the_folder_and_its_files_are_this_users_alone(cache):
+    lp.line_policy(SEED_POLICY)
+    (path,) = files(cache)
+    if hasattr(os, "getuid"):
+        assert cache.stat().st_mode & 0o777 == 0o700
+        assert path.stat().st_mode & 0o777 == 0o600
+    assert [p.name for p in cache.iterdir()] == [path.name]  # no temporary file left
+
+
+@pytest.mark.parametrize("value", ["0", "OFF", "None", "false", "no"])
+def test_the_cache_is_off_by_any_usual_word(monkeypatch, value):
+    monkeypatch.setenv(lp.CACHE_VARIABLE, value)
+    assert lp.cache_folder() is None
+
+
+def test_a_folder_under_the_home_folder(monkeypatch, tmp_path):
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv(lp.CACHE_VARIABLE, "~/cp")
+    assert lp.cache_folder() == os.path.join(str(tmp_path), "cp", "policies")

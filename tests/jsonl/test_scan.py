@@ -1388,7 +1388,7 @@ def test_the_runner_on_a_number_beyond_a_double():
 
 
 @settings(HYPOTHESIS, max_examples=100)
-@given(st.lists(st.lists(st.integers(-(2**40), 2**40), min_size=SCAN_FIGURES,
+@given(st.lists(st.lists(st.integers(-(2**63), 2**63 - 1), min_size=SCAN_FIGURES,
                          max_size=SCAN_FIGURES), max_size=8), st.data())
 def test_figure_sums_are_numpys_column_sums(differential, table, data):
     figures = array.array("q", [v for row in table for v in row])

@@ -52,7 +52,7 @@ def load_json(path: str, what: str) -> Any:
         if is_inline(path):
             data = path.encode("utf-8", "surrogateescape")  # the bytes the shell passed
         elif path != "-":
-            with open(path, "rb") as f:
+            with open(_as_path(path), "rb") as f:
                 data = f.read()
         elif sys.stdin is None:
             raise CliError(f"<stdin>: cannot read the {what}: standard input is closed")
@@ -179,3 +179,13 @@ def is_parquet(path: str | None, *, reading: bool = False) -> bool:
         except OSError:
             return False
     return False
+
+
+def _as_path(path: str) -> str:
+    """``path`` as ``pathlib.Path`` spells it (without importing pathlib): trailing separators
+    dropped (``policy.json/`` names the file), the empty path the current folder."""
+    seps = os.sep + (os.altsep or "")
+    stripped = path.rstrip(seps)
+    if not stripped:
+        return path[:1] if path else "."  # the root, or the current folder
+    return stripped

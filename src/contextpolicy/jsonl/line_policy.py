@@ -1,25 +1,31 @@
 """What the line runner must know of a policy before it reads a line, kept on disk by the
 policy's bytes, so that a run whose lines all take the byte path starts without pydantic.
 
-A JSONL run reads most lines as bytes (``_kernel.reduce_lines``), which needs four facts of the
-policy: the trims (the byte path's steps), the trigger, the watermark and whether it reduces.
-Finding them means validating the policy, and pydantic's models cost a command several times
-what its one-line run costs. So the facts of a valid policy are written to a small JSON file
-named by a digest of the policy's canonical JSON and of the modules that validate it, and read
-from there by the next run of the same policy: a policy that changes by a byte, or a
-contextpolicy whose validation changes, misses and is validated again. An invalid policy is
-never kept (its errors come from validation, every time), and a file that cannot be read or
-written, or does not hold what it should, is validation again: the cache never changes a
-result, only when pydantic is imported.
+A JSONL run reads most lines as bytes (``_kernel.reduce_lines``), which needs a few facts of
+the policy: the trims (the byte path's steps), the trigger, the watermark, whether it reduces,
+and the template of a line's report entry. Finding them means validating the policy, and
+pydantic's models cost a command several times what its one-line run costs. So the facts of a
+valid policy are written to a small JSON file named by a digest of the policy's canonical JSON,
+the live kernel, and the files of the package and pydantic's version, and read from there by
+the next run of the same policy: a policy that changes by a byte, or a contextpolicy or pydantic
+that changes, misses and is validated again. An invalid policy is never kept (its errors come
+from validation, every time); a policy that is not plain JSON (YAML's dates or aliases beyond
+``MAX_NODES`` values) is validated every time. A file that cannot be read or written, is not a
+regular file of this user's that no one else may write, or does not hold byte for byte what
+would be written, is validation again. The folder is made for its user alone, and is trusted as
+the user's own files are (as Python trusts its bytecode cache): the cache changes no result,
+only when pydantic is imported.
 
-Where: ``CONTEXTPOLICY_CACHE_DIR`` when it is set (``off`` or empty: no cache), else the user's
-cache folder (``$XDG_CACHE_HOME`` or ``~/.cache`` on Linux, ``~/Library/Caches`` on macOS,
-``%LOCALAPPDATA%`` on Windows), under ``contextpolicy/policies``.
+Where: ``CONTEXTPOLICY_CACHE_DIR`` when it is set (``off``, ``none``, ``0``, ``false``, ``no``
+or empty: no cache), else the user's cache folder (``$XDG_CACHE_HOME`` or ``~/.cache`` on
+Linux, ``~/Library/Caches`` on macOS, ``%LOCALAPPDATA%`` on Windows), under
+``contextpolicy/policies``.
 """
 
 from __future__ import annotations
 
 import os
+import stat
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -35,13 +41,13 @@ __all__ = ["CACHE_VARIABLE", "LinePolicy", "cache_folder", "line_policy"]
 
 CACHE_VARIABLE = "CONTEXTPOLICY_CACHE_DIR"
 FORMAT = 2  # of the files: a file of another format is a miss
-# The modules whose code decides what a valid policy's facts are (a change to one of them is a
-# change of key): the policy's models and rules, the prepared policy, the report and its
-# template, and this module.
+# The package's own files (its modules and the compiled kernel) and pydantic's version decide
+# what a valid policy's facts are: a change to any of them is a change of key.
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-_SOURCES = ("policy", "prepared.py", "_tables.py", "_records.py", "fused.py", "report.py",
-            os.path.join("jsonl", "line_policy.py"), os.path.join("jsonl", "templates.py"),
-            "__init__.py")
+MAX_NODES = 10_000  # values in a policy kept: a larger one (YAML's aliases) is never keyed
+MAX_FILE = 1 << 20  # bytes of a cache file read
+# Turn the cache off: CONTEXTPOLICY_CACHE_DIR set to one of these (or empty).
+OFF = ("off", "none", "0", "false", "no")
 
 
 class LinePolicy(NamedTuple):
@@ -64,7 +70,9 @@ def cache_folder() -> str | None:
     """Where validated policies' facts are kept, or ``None`` when the cache is off."""
     chosen = os.environ.get(CACHE_VARIABLE)
     if chosen is not None:
-        return None if chosen.strip() in ("", "off") else os.path.join(chosen, "policies")
+        if chosen.strip().lower() in ("", *OFF):
+            return None
+        return os.path.join(os.path.expanduser(chosen), "policies")
     home = os.path.expanduser("~")
     if sys.platform == "win32":
         base = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
@@ -77,34 +85,61 @@ def cache_folder() -> str | None:
 
 
 def _code_stamp() -> bytes:
-    # The size and modification time of every module that decides the facts.
+    # The size and modification time of every file of the package (its modules, the compiled
+    # kernel), and pydantic's version file: about a hundred stat calls, a tenth of a ms.
     parts = []
-    for name in _SOURCES:
-        path = os.path.join(_PACKAGE, name)
-        paths = ([os.path.join(path, n) for n in sorted(os.listdir(path)) if n.endswith(".py")]
-                 if os.path.isdir(path) else [path])
-        for each in paths:
-            st = os.stat(each)
-            parts.append(b"%s:%d:%d" % (os.path.basename(each).encode(), st.st_size,
-                                        st.st_mtime_ns))
+    folders = [_PACKAGE]
+    while folders:
+        folder = folders.pop()
+        with os.scandir(folder) as entries:
+            for entry in sorted(entries, key=lambda e: e.name):
+                if entry.is_dir(follow_symlinks=False):
+                    if entry.name != "__pycache__" and entry.name != "examples":
+                        folders.append(entry.path)
+                elif entry.name.endswith((".py", ".so", ".pyd")):
+                    st = entry.stat()
+                    parts.append(b"%s:%d:%d" % (os.path.relpath(entry.path, _PACKAGE).encode(
+                        "utf-8", "surrogateescape"), st.st_size, st.st_mtime_ns))
+    parts.append(b"pydantic:" + _pydantic_version())
     return b";".join(parts)
 
 
-def _plain(value: Any, depth: int) -> bool:
+def _pydantic_version() -> bytes:
+    # The bytes of pydantic's version.py, read without importing pydantic.
+    from importlib.util import find_spec
+
+    spec = find_spec("pydantic")
+    folder = os.path.dirname(spec.origin) if spec is not None and spec.origin else None
+    if folder is None:
+        return b"?"
+    with open(os.path.join(folder, "version.py"), "rb") as f:
+        return f.read()
+
+
+def _plain(value: Any) -> bool:
     # Only JSON's own types, exactly (each writes JSON no other value writes), finite floats,
-    # string keys, not too deep.
-    kind = type(value)
-    if kind is str or kind is bool or kind is int or value is None:
-        return True
-    if kind is float:
-        return value - value == 0.0  # not NaN nor infinite
-    if depth > 64:
-        return False
-    if kind is dict:
-        return all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
-    if kind is list:
-        return all(_plain(v, depth + 1) for v in value)
-    return False
+    # string keys, at most MAX_NODES values (YAML's aliases can make a few lines millions).
+    stack, seen = [value], 0
+    while stack:
+        item = stack.pop()
+        seen += 1
+        if seen > MAX_NODES:
+            return False
+        kind = type(item)
+        if kind is str or kind is bool or kind is int or item is None:
+            continue
+        if kind is float:
+            if item - item != 0.0:  # NaN or infinite
+                return False
+        elif kind is dict:
+            if not all(type(k) is str for k in item):
+                return False
+            stack.extend(item.values())
+        elif kind is list:
+            stack.extend(item)
+        else:
+            return False
+    return True
 
 
 def _key(policy: Any) -> str | None:
@@ -114,7 +149,7 @@ def _key(policy: Any) -> str | None:
     validated every time."""
     from .. import __version__, _kernel
 
-    if not _plain(policy, 0):
+    if not _plain(policy):
         return None
     try:
         canonical = orjson.dumps(policy, option=orjson.OPT_SORT_KEYS)
@@ -131,9 +166,22 @@ def _key(policy: Any) -> str | None:
 
 
 def _read(path: str) -> LinePolicy | None:
+    # A regular file of this user's that no one else may write, read back byte for byte as it
+    # was written; anything else (a link, a pipe, someone else's file, a broken one) is a miss.
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        fd = os.open(path, os.O_RDONLY | _NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > MAX_FILE or not _own(st):
+            return None
+        raw = os.read(fd, MAX_FILE + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
         doc = orjson.loads(raw)
         steps = doc["steps"]
         facts = LinePolicy(
@@ -149,6 +197,16 @@ def _read(path: str) -> LinePolicy | None:
     if raw != orjson.dumps(_document(facts)):  # every byte what was written
         return None
     return facts
+
+
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _own(st: os.stat_result) -> bool:
+    # This user's, and writable by no one else (POSIX; Windows has neither notion here).
+    if not hasattr(os, "getuid"):
+        return True
+    return st.st_uid == os.getuid() and not st.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
 
 
 def _program(written: list[Any]) -> tuple[Any, ...]:
@@ -173,18 +231,24 @@ def _document(facts: LinePolicy) -> dict[str, Any]:
 
 
 def _write(path: str, facts: LinePolicy) -> None:
-    # Written whole to a file of its own, then renamed into place: a reader sees the old file,
-    # none, or the new one. A folder that cannot be made or written is no cache, and no error.
-    temp = os.path.join(os.path.dirname(path), f".{os.path.basename(path)}.{os.getpid()}.tmp")
+    # Written whole to a new file of a random name (never through a link planted there), then
+    # renamed into place: a reader sees the old file, none, or the new one. The folder is made
+    # for this user alone. One that cannot be made or written is no cache, and no error.
+    folder = os.path.dirname(path)
+    temp = os.path.join(folder, f".{os.urandom(8).hex()}.tmp")
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(temp, "wb") as f:
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _NOFOLLOW, 0o600)
+    except (OSError, ValueError):  # ValueError: a NUL in the folder's name
+        return
+    try:
+        with os.fdopen(fd, "wb") as f:
             f.write(orjson.dumps(_document(facts)))
         os.replace(temp, path)
-    except (OSError, ValueError):  # ValueError: a NUL in the folder's name
+    except OSError:
         try:
             os.unlink(temp)
-        except (OSError, ValueError):
+        except OSError:
             pass
 
 

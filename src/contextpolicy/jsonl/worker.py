@@ -117,9 +117,9 @@ class LineWorker:
                 from .line_policy import cache_folder
 
                 raise FileError(
-                    f"{cache_folder()}: the cached facts of the policy disagree with the policy "
-                    f"(a file changed by hand?): delete the folder, or set "
-                    f"CONTEXTPOLICY_CACHE_DIR=off")
+                    f"{cache_folder()}: the cached facts of this policy disagree with the "
+                    "policy; delete the folder (or set CONTEXTPOLICY_CACHE_DIR=off) and run "
+                    "again")
         return ObjectLines(prepared, self.with_reports, self.handlers)
 
     @property
