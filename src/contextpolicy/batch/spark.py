@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ContextPlanError, Issue
 from .mapped import ReduceBatches, ReduceLines, line_figures_type
-from .table import _shift_rows, figures_schema
+from .table import figures_schema, shift_rows
 
 __all__ = ["reduce_dataframe", "reduce_jsonl"]
 
@@ -139,7 +139,7 @@ def _in_partition(exc: ContextPlanError, column: str, offset: int) -> ContextPla
     """``exc`` with its rows counted from the partition's start, and the partition named."""
     from pyspark import TaskContext
 
-    shifted = _shift_rows(exc, column, offset) if offset else exc
+    shifted = shift_rows(exc, column, offset) if offset else exc
     task = TaskContext.get()
     where = f" (partition {task.partitionId()})" if task is not None else ""
     return ContextPlanError([Issue(i.path, i.message + where, i.code) for i in shifted.issues])

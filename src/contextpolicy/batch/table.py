@@ -27,6 +27,7 @@ from .._tables import (
 from ..errors import ContextPlanError, Issue
 from .arrow import as_int64, is_list_type, require_pyarrow
 from .chunk import Chunk
+from .frames import as_arrow
 from .run import FAST, OBJECT, TableRun, warning_type
 
 if TYPE_CHECKING:
@@ -94,7 +95,8 @@ def reduce_table(
 ) -> Reduced:
     """Reduce every transcript of ``table[column]`` by ``policy``.
 
-    ``table``: a ``pyarrow.Table`` or ``RecordBatch`` whose ``column`` is a
+    ``table``: a ``pyarrow.Table`` or ``RecordBatch``, a Polars ``DataFrame`` or a DuckDB
+    relation (``DuckDBPyRelation``), whose ``column`` is a
     ``list<struct<role, content, ...>>`` (``list`` or ``large_list``, any child name; strings as
     ``string``, ``large_string`` or ``string_view``; content as a string, a list of parts or
     Arrow's JSON type; ``tool_calls``, ``tool_call_id``; nulls for missing keys). ``policy``: a
@@ -112,6 +114,18 @@ def reduce_table(
     ``process_context(ContextPlan.from_messages(row), policy)`` means (a row without a history
     skips the steps on it, as ``process_context`` does).
 
+    A Polars DataFrame or a DuckDB relation gives back its own kind: ``table`` and ``figures``
+    are then both Polars DataFrames, or both relations on the input relation's connection (they
+    join with its tables) that read the output's Arrow buffers in place. Polars hands its buffers
+    to Arrow and takes them back without a copy; a relation is a query, run once here, its rows
+    written out by DuckDB as Arrow. DuckDB's API does not give a relation's connection, so the
+    output relations are made by the input's own ``query``, reading the output under a random
+    name: no name is registered in, or left in, the connection's catalog. They never run the
+    input's query again, but DuckDB binds it again when the catalog changes: drop a table it
+    reads only once they are no longer used. The input is never changed. A Polars
+    ``LazyFrame`` is a TypeError: ``.collect()`` it first (reducing needs every row in memory,
+    and when to collect is the caller's choice).
+
     ``threads``: how many pieces of a table's rows are reduced side by side (default: the
     CPUs this process may use; a piece holds about as many messages as the others, at least
     32,768, and a RecordBatch is one piece). The output column is then chunked by piece.
@@ -119,11 +133,17 @@ def reduce_table(
     Raises :class:`ContextPlanError` naming the column, the row, the message and the field of
     the first row that is not a valid transcript, :class:`ContextPolicyError` for the policy.
     """
-    pa = require_pyarrow()
+    require_pyarrow()
     run = TableRun(policy, counter, handlers, implementations)
+    frame = as_arrow(table)
+    out = _reduce_arrow(frame.table, run, column, threads)
+    return out if frame.back is None else Reduced(frame.back(out.table), frame.back(out.figures))
+
+
+def _reduce_arrow(table: Any, run: TableRun, column: str, threads: int | None) -> Reduced:
+    """:func:`reduce_table` of an Arrow table or record batch."""
+    pa = require_pyarrow()
     is_batch = isinstance(table, pa.RecordBatch)
-    if not is_batch and not isinstance(table, pa.Table):
-        raise TypeError(f"expected a pyarrow Table or RecordBatch, got {type(table).__name__}")
     names = table.schema.names
     if column not in names:
         raise ContextPlanError(
@@ -179,7 +199,7 @@ def _reduced(run: TableRun, pieces: list[tuple[int, Any]], column: str,
             with _kernel.pooled_arrays():
                 return Chunk(run, arr, column)
         except ContextPlanError as exc:
-            raise (_shift_rows(exc, column, at) if at else exc) from None
+            raise (shift_rows(exc, column, at) if at else exc) from None
 
     if len(pieces) > 1:
         from concurrent.futures import ThreadPoolExecutor
@@ -201,7 +221,8 @@ def release_memory() -> None:
     _kernel.release_pool()
 
 
-def _shift_rows(exc: ContextPlanError, column: str, offset: int) -> ContextPlanError:
+def shift_rows(exc: ContextPlanError, column: str, offset: int) -> ContextPlanError:
+    """``exc`` with the rows its paths name (``column[k]``) counted ``offset`` rows later."""
     import re
 
     pattern = re.compile(rf"^{re.escape(column)}\[(\d+)\]")
