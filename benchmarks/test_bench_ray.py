@@ -1,14 +1,18 @@
 """The ``[ray]`` extra's cost per row: ``reduce_dataset`` reading chats from Parquet on a local
 Ray cluster (2 CPUs, started and stopped by the module), against ``reduce_table`` alone on the
 same rows in memory, ``pq.read_table`` + ``reduce_table`` in one process, and Ray's own
-``read_parquet`` with nothing after it; ``reduce_dataset`` by Ray tasks (its default for a
-plain policy) and by a pool of two actors. Each Ray round is a whole run: the actors (if any)
+``read_parquet`` with nothing after it. ``reduce_dataset`` runs at its defaults (Ray tasks,
+``batch_size=None``: a block whole, ``num_cpus=1``: the read and the reduction one task), with
+Ray's Parquet reader at its defaults and with one footer-reading actor
+(``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS=1``), with blocks of 5,000 rows and of 50,000; then
+batch sizes of 1,000, 4,096 and 10,000 rows, the settings before (``batch_size=4096``,
+``num_cpus=0.5``), and a pool of one actor. Each Ray round is a whole run: the actors (if any)
 started, the file read, the rows reduced and the result materialized. The reduced rows equal
 ``reduce_table``'s.
 
 Marked ``extras`` (as ``tests/batch/test_ray.py``): collected only with ``-m extras``. Measured:
 ``pytest benchmarks/test_bench_ray.py -m extras --benchmark-enable --benchmark-only``, 50,000
-chats in row groups of 5,000; unmeasured, 2,000 in row groups of 500.
+chats in row groups of 5,000 (or 50,000); unmeasured, 2,000 in row groups of 500 (or 2,000).
 """
 
 from __future__ import annotations
@@ -36,18 +40,31 @@ def cluster() -> Iterator[Any]:
     yield from local_cluster()
 
 
-@pytest.fixture(scope="module")
-def chats_file(request, tmp_path_factory) -> tuple[Any, Any]:
+def write_chats(request, tmp_path_factory, blocks: str) -> tuple[Any, Any]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
     full = measuring(request.config)
     n, group = (50_000, 5_000) if full else (2_000, 500)
+    if blocks == "large":
+        group = n
     table = cached(("ray-chats", n), lambda: pa.table({
         "id": list(range(n)), "messages": synthetic.corpus("chats", n, 43)}))
     path = tmp_path_factory.mktemp("bench-ray") / "chats.parquet"
     pq.write_table(table, path, row_group_size=group)
     return table, path
+
+
+@pytest.fixture(scope="module")
+def chats_file(request, tmp_path_factory) -> tuple[Any, Any]:
+    """The chats in row groups (Ray's blocks) of 5,000 rows."""
+    return write_chats(request, tmp_path_factory, "small")
+
+
+@pytest.fixture(scope="module")
+def large_blocks(request, tmp_path_factory) -> tuple[Any, Any]:
+    """The chats in one row group of 50,000 rows."""
+    return write_chats(request, tmp_path_factory, "large")
 
 
 def label(benchmark, table, kind: str) -> None:
@@ -81,27 +98,47 @@ def test_pyarrow_read_and_reduce(benchmark, request, chats_file):
         reduce_table(table, POLICY).table.column("messages").to_pylist()
 
 
-def test_ray_read_parquet(benchmark, request, cluster, chats_file):
+@pytest.mark.parametrize("footer", ["ray-default", "one-footer-actor"])
+def test_ray_read_parquet(benchmark, request, cluster, chats_file, footer, monkeypatch):
     table, path = chats_file
-    label(benchmark, table, "ray-read-parquet")
+    if footer != "ray-default":
+        monkeypatch.setenv("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", "1")
+    label(benchmark, table, f"ray-read-parquet ({footer})")
     out = benchmark.pedantic(lambda: cluster.data.read_parquet(str(path)).materialize(),
                              rounds=rounds(request), iterations=1, warmup_rounds=1)
     assert out.count() == table.num_rows
 
 
-@pytest.mark.parametrize("workers", [None, 2], ids=["tasks", "actors"])
-def test_ray_read_and_reduce_dataset(benchmark, request, cluster, chats_file, workers):
+# (kind, reduce_dataset's keywords, footer actors: None for Ray's default, blocks)
+SETTINGS = [
+    ("defaults", {}, None, "small"),
+    ("defaults, one footer actor", {}, 1, "small"),
+    ("defaults, one footer actor, blocks of 50,000", {}, 1, "large"),
+    ("batch 1,000", {"batch_size": 1_000}, 1, "small"),
+    ("batch 4,096", {"batch_size": 4_096}, 1, "small"),
+    ("batch 10,000", {"batch_size": 10_000}, 1, "small"),
+    ("before: batch 4,096, half a CPU", {"batch_size": 4_096, "num_cpus": 0.5}, None, "small"),
+    ("one actor", {"workers": 1}, 1, "small"),
+]
+
+
+@pytest.mark.parametrize("setting", SETTINGS, ids=[s[0] for s in SETTINGS])
+def test_ray_read_and_reduce_dataset(benchmark, request, cluster, chats_file, large_blocks,
+                                     setting, monkeypatch):
     import pyarrow as pa
 
     from contextpolicy.batch.ray import reduce_dataset
 
-    table, path = chats_file
+    kind, keywords, footer, blocks = setting
+    table, path = chats_file if blocks == "small" else large_blocks
+    if footer is not None:
+        monkeypatch.setenv("RAY_DATA_PARQUET_FOOTER_NUM_ACTORS", str(footer))
 
     def run() -> Any:
         ds = cluster.data.read_parquet(str(path))
-        return reduce_dataset(ds, POLICY, workers=workers, num_cpus=0.5).materialize()
+        return reduce_dataset(ds, POLICY, **keywords).materialize()
 
-    label(benchmark, table, "ray-read+reduce-dataset" + ("-actors" if workers else ""))
+    label(benchmark, table, f"ray-read+reduce-dataset ({kind})")
     out = benchmark.pedantic(run, rounds=rounds(request), iterations=1, warmup_rounds=1)
     got = pa.concat_tables(cluster.get(out.to_arrow_refs())).sort_by("id")
     expected = reduce_table(table, POLICY)

@@ -50,6 +50,26 @@ def test_parquet_in_parquet_out_equals_one_process(cluster, tmp_path, workers):
     assert figures == expected.figures.to_pylist()
 
 
+def test_at_its_defaults_the_read_and_the_reduction_are_one_task(cluster, tmp_path):
+    from contextpolicy.batch.ray import reduce_dataset
+
+    chats = synthetic.corpus("chats", 600, 24)
+    pq.write_table(pa.table({"id": list(range(600)), "messages": chats}),
+                   tmp_path / "in.parquet", row_group_size=200)
+
+    def operators(**keywords: Any) -> list[str]:
+        ds = cluster.data.read_parquet(str(tmp_path / "in.parquet"))
+        stats = reduce_dataset(ds, POLICY, **keywords).materialize().stats()
+        return [line.split(":")[0].split(" ", 2)[2] for line in stats.splitlines()
+                if line.startswith("Operator ") and "MapBatches" in line]
+
+    fused = operators()
+    assert len(fused) == 1 and fused[0].startswith("Read") and \
+        fused[0].endswith("->MapBatches(_reduce_batch)"), fused
+    assert operators(batch_size=100) == ["MapBatches(_reduce_batch)"]  # split in two
+    assert operators(num_cpus=0.5) == ["MapBatches(_reduce_batch)"]
+
+
 class _Recorded:
     """A dataset that records what ``map_batches`` is asked to run."""
 
@@ -69,6 +89,8 @@ def test_actors_only_where_something_is_built_once_per_worker():
     assert isinstance(prepared, PreparedPolicy)
     assert prepared.policy == validate_context_policy(POLICY)
     assert plain.kwargs["num_cpus"] == 0.5
+    defaults = reduce_dataset(_Recorded(), POLICY).kwargs
+    assert defaults["batch_size"] is None and defaults["num_cpus"] == 1.0
     with pytest.raises(ContextPolicyError) as info:  # checked before Ray runs anything
         reduce_dataset(_Recorded(), {**POLICY, "triggerChar": 5})
     assert [i.code for i in info.value.issues] == ["unknown-key"]

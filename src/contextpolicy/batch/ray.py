@@ -40,9 +40,16 @@ def reduce_dataset(ds: Any, policy: Any, *, column: str = "messages",
                    make_counter: Callable[[], Any] | None = None,
                    make_handlers: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
                    figures_column: str | None = "figures", workers: int | None = None,
-                   num_cpus: float = 1.0, batch_size: int | None = 4096,
+                   num_cpus: float = 1.0, batch_size: int | None = None,
                    **map_batches: Any) -> Any:
     """``ds`` with every row's ``column`` reduced by ``policy`` (lazily, as Ray Data runs).
+
+    ``batch_size=None`` (the default) reduces each block whole, and with ``num_cpus`` equal to
+    the read's (1, Ray's default) Ray runs the read and the reduction as one task: the blocks
+    never pass through the object store between them. A smaller batch, or a different
+    ``num_cpus``, splits them into two operators and costs more (measured on a local cluster:
+    the guide's page "which engine"); a batch larger than a block makes Ray gather blocks
+    into it.
 
     With ``make_counter`` or ``make_handlers`` (something to build once per worker), or a
     number of ``workers``, the batches go to a pool of ``workers`` actors (default 1) of
