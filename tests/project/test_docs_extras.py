@@ -1,10 +1,12 @@
 """The examples of the optional extras in the README and the documentation site (```` ```python
 extras ```` blocks: the token counters, the LangChain middleware and LangGraph node, the OpenAI
-Agents SDK, Ray and Hugging Face datasets) run as written and print what the page shows, each
-alone, on both kernels, with the network refused (but for Ray's local
-cluster)."""
+Agents SDK, Ray, Spark and Hugging Face datasets) run as written and print what the page
+shows, each alone, on both kernels, with the network refused (but for Ray's local cluster and
+Spark's local session)."""
 
 from __future__ import annotations
+
+import sys
 
 import pytest
 
@@ -13,10 +15,11 @@ from tests.support.docs_examples import Block, all_blocks, check_python, copy_ex
 pytestmark = pytest.mark.extras
 
 EXTRAS = all_blocks("python extras")
-# A Ray example runs its work in Ray's worker processes, which import the default kernel
-# whatever this process has live: it runs once, not once per kernel.
+# A Ray or Spark example runs its work in the engine's worker processes, which import the
+# default kernel whatever this process has live: it runs once, not once per kernel.
 RAY = [b for b in EXTRAS if "ray.init(" in b.code]
-IN_PROCESS = [b for b in EXTRAS if b not in RAY]
+SPARK = [b for b in EXTRAS if "SparkSession" in b.code]
+IN_PROCESS = [b for b in EXTRAS if b not in RAY and b not in SPARK]
 
 
 @pytest.fixture
@@ -52,5 +55,14 @@ def test_ray_example(block: Block, monkeypatch):
     check_python(block)
 
 
+@pytest.mark.usefixtures("folder")  # py4j talks to Spark's JVM through sockets
+@pytest.mark.parametrize("block", SPARK, ids=[b.where for b in SPARK])
+@pytest.mark.filterwarnings("ignore:PySpark does not yet fully support pandas:FutureWarning")
+def test_spark_example(block: Block, monkeypatch):
+    # Spark's Python workers run this interpreter, as a user's run their environment's.
+    monkeypatch.setenv("PYSPARK_PYTHON", sys.executable)
+    check_python(block)
+
+
 def test_the_extras_have_examples():
-    assert len(IN_PROCESS) >= 8 and len(RAY) >= 1
+    assert len(IN_PROCESS) >= 8 and len(RAY) >= 1 and len(SPARK) >= 1
