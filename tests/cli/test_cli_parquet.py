@@ -55,6 +55,44 @@ def test_parquet_to_parquet_equals_reduce_table(files, tmp_path):
     assert "rows: columnar path" in text and "3,000" in text
 
 
+@pytest.mark.parametrize("out_name", ["out.parquet", "out.jsonl"])
+def test_jobs_decode_row_groups_ahead_and_change_nothing(files, tmp_path, out_name):
+    outputs = {}
+    for jobs in ("1", "2"):
+        out, report = tmp_path / f"{jobs}-{out_name}", tmp_path / f"{jobs}-report.json"
+        done = run("reduce", files["chats"], "--policy", files["policy"], "-o", out,
+                   "--report", report, "-q", "--jobs", jobs)
+        assert done.returncode == 0, done.stderr
+        assert done.stderr == b""  # --jobs is no longer said to apply to JSONL only
+        report_doc = json.loads(report.read_text())
+        report_doc["summary"].pop("seconds", None)
+        report_doc["summary"].pop("rate", None)
+        outputs[jobs] = (out.read_bytes() if out_name.endswith(".jsonl")
+                         else pq.read_table(out), report_doc["conversations"])
+    assert outputs["2"][1] == outputs["1"][1]
+    if out_name.endswith(".jsonl"):
+        assert outputs["2"][0] == outputs["1"][0]
+    else:
+        assert outputs["2"][0].equals(outputs["1"][0], check_metadata=True)
+        assert outputs["2"][0].column("id").to_pylist() == list(range(3000))
+
+
+def test_jobs_with_bad_rows_in_later_row_groups(files, tmp_path):
+    rows = [[{"role": "user", "content": f"fine {k}"}] for k in range(40)]
+    rows[25] = [{"role": None, "content": "no role"}]
+    bad = tmp_path / "bad.parquet"
+    pq.write_table(pa.table({"messages": pa.array(rows, type=pa.list_(pa.struct([
+        ("role", pa.string()), ("content", pa.string())])))}), bad, row_group_size=10)
+    out = tmp_path / "out.parquet"
+    done = run("reduce", bad, "--policy", files["policy"], "-o", out, "--jobs", "2")
+    assert done.returncode == 2 and "row 25" in done.stderr.decode(), done.stderr
+    assert not out.exists()
+    done = run("reduce", bad, "--policy", files["policy"], "-o", out, "--jobs", "2",
+               "--on-error", "skip", "-q")
+    assert done.returncode == 0, done.stderr
+    assert pq.read_table(out).column("messages").to_pylist() == rows[:25] + rows[26:]
+
+
 def test_parquet_to_jsonl_and_json_report(files, tmp_path):
     out, report = tmp_path / "out.jsonl", tmp_path / "report.json"
     done = run("reduce", files["chats"], "--policy", files["policy"], "-o", out,
@@ -132,7 +170,8 @@ PEAK = """\
 import resource, sys
 from contextpolicy.cli import main
 
-rc = main(["reduce", sys.argv[1], "--policy", sys.argv[2], "-o", sys.argv[3], "-q"])
+rc = main(["reduce", sys.argv[1], "--policy", sys.argv[2], "-o", sys.argv[3], "-q",
+           "--jobs", sys.argv[4]])
 if sys.platform == "linux":
     peak = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0]) * 1024
 else:
@@ -144,7 +183,8 @@ sys.exit(rc)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="peak memory is read from resource/proc")
-def test_memory_stays_near_a_few_row_groups(files, tmp_path):
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_memory_stays_near_a_few_row_groups(files, tmp_path, jobs):
     chats = synthetic.corpus("chats", 4000, 12)
     table = pa.table({"id": list(range(4000)), "messages": chats})
     group = 2000
@@ -160,7 +200,8 @@ def test_memory_stays_near_a_few_row_groups(files, tmp_path):
     peaks = {}
     for name in ("small", "big"):
         done = subprocess.run([sys.executable, "-c", PEAK, str(tmp_path / f"{name}.parquet"),
-                               str(files["policy"]), str(tmp_path / f"{name}-out.parquet")],
+                               str(files["policy"]), str(tmp_path / f"{name}-out.parquet"),
+                               jobs],
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         peaks[name] = int(done.stdout.split()[-1])

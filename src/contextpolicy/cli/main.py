@@ -116,8 +116,9 @@ def _reduce_args(sub: Any) -> None:
     p.add_argument("--report", metavar="REPORT.json",
                    help="write every conversation's report and the summary here")
     p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="processes (default 1; lowered to the CPUs this process can use, and "
-                   "never more than the input has work for); output order is kept")
+                   help="processes, or for Parquet threads decoding row groups (default 1; "
+                   "lowered to the CPUs this process can use, and never more than the input "
+                   "has work for); output order is kept")
     p.add_argument("--on-error", choices=("fail", "skip"), default="fail",
                    help="a bad line stops the run (fail, default) or is counted and skipped")
     p.add_argument("--handler", action="append", metavar="ID",

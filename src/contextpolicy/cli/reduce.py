@@ -108,11 +108,8 @@ def _reduce(args: argparse.Namespace, outputs: list[Any]) -> int:
     if table_input:
         from .tables import reduce_parquet
 
-        if args.jobs > 1 and not args.quiet:
-            console.print("contextpolicy: Parquet is reduced in one process, a record batch at "
-                          "a time (--jobs applies to JSONL input)")
         data, name = reduce_parquet(args, console, policy, input_path, out, report_out,
-                                    handlers)
+                                    handlers, readers=jobs)
         print_summary(args, console, data, name)
         return 0
     return _reduce_lines(args, console, policy, facts, handlers, jobs, input_path, example, out,

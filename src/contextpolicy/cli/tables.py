@@ -20,6 +20,7 @@ import orjson
 from ..jsonl.runner import Summary
 from .common import CliError
 from .documents import is_parquet
+from .row_groups import record_batches
 from .summary import ReportFile, finish_run
 
 __all__ = ["ParquetFromLines", "is_parquet", "reduce_parquet"]
@@ -257,11 +258,12 @@ def _first_row(exc: Any, batch: Any, start: int) -> str:
 
 
 def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: Any,
-                   report_out: Any, handlers: dict[str, Any] | None = None,
+                   report_out: Any, handlers: dict[str, Any] | None = None, readers: int = 1,
                    ) -> tuple[dict[str, Any], str]:
     """Reduce a Parquet file into ``out`` (Parquet, or JSONL for any other name), with the
-    compress ``handlers`` given (each row that needs one goes through the object path);
-    returns the summary and the input's name."""
+    compress ``handlers`` given (each row that needs one goes through the object path), its
+    row groups decoded by ``readers`` threads ahead (``--jobs``); returns the summary and the
+    input's name."""
     pa, pq = _pyarrow()
     from ..prepared import prepare_policy
 
@@ -292,7 +294,7 @@ def reduce_parquet(args: Any, console: Any, policy: Any, input_path: str, out: A
         size = min([BATCH_ROWS] + [source.metadata.row_group(i).num_rows or BATCH_ROWS
                                    for i in range(min(groups, 1))])
         try:
-            for batch in source.iter_batches(batch_size=max(size, 1), use_threads=False):
+            for batch in record_batches(input_path, source, max(size, 1), readers):
                 done = _reduce_batch(batch, prepared, column, args.on_error, start, summary,
                                      console, input_path)
                 summary.add_figures(done.figures)
