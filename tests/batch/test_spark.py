@@ -167,11 +167,65 @@ def test_bad_input_is_an_error_on_the_driver(spark, tmp_path):
         reduce_dataframe(df, POLICY, figures_column="id")
     with pytest.raises(TypeError, match="expected a Spark DataFrame, got Table"):
         reduce_dataframe(table, POLICY)
+    for name in ("", 5, b"figures"):
+        with pytest.raises(TypeError, match="figures_column: expected a column name"):
+            reduce_dataframe(df, POLICY, figures_column=name)
+    for kind in ("array<struct<content string>>", "array<struct<role int, content string>>"):
+        odd = spark.createDataFrame([], f"messages {kind}")
+        with pytest.raises(ContextPlanError, match=r"array<struct<role: string, content"):
+            reduce_dataframe(odd, POLICY)
     with pytest.raises(ContextPlanError, match=r"expected a column of text.*got array"):
         reduce_jsonl(df, POLICY, column="messages")
     with pytest.raises(ContextPolicyError):
         reduce_jsonl(spark.read.text(str(tmp_path)), {"mode": "shrink"})
     assert spark.sparkContext.statusTracker().getJobIdsForGroup() == jobs  # no job ran
+
+
+def test_names_spark_cannot_map_and_names_it_compares_without_case(spark, tmp_path):
+    from contextpolicy.batch.spark import reduce_dataframe, reduce_jsonl
+
+    rows = synthetic.corpus("chats", 200, 35)
+    table = pa.table({"user.id": list(range(200)), "odd`name": ["x"] * 200, "m.sgs": rows})
+    df = spark.read.parquet(write(tmp_path, table, files=2))
+    out = reduce_dataframe(df, POLICY, column="m.sgs", figures_column="fig.ures")
+    assert out.columns == ["user.id", "odd`name", "m.sgs", "fig.ures"]
+    assert df.columns == ["user.id", "odd`name", "m.sgs"]  # the caller's as it was
+    got = sorted(out.collect(), key=lambda row: row[0])
+    expected = reduce_table(table, POLICY, column="m.sgs")
+    assert [[m.asDict() for m in row[2]] for row in got] == \
+        expected.table.column("m.sgs").to_pylist()
+    assert [row[3].asDict(recursive=True) for row in got] == expected.figures.to_pylist()
+    bad = pa.table({"a.b": [1], "messages": [[{"role": "user", "content": "ok"},
+                                              {"role": None, "content": "who?"}]]})
+    (tmp_path / "bad").mkdir()
+    bad_df = spark.read.parquet(write(tmp_path / "bad", bad, files=1))
+    with pytest.raises(Exception) as info:
+        reduce_dataframe(bad_df, POLICY).collect()
+    assert "messages[0][1].role" in str(info.value)  # named as the caller named it
+    with pytest.raises(ContextPlanError, match="already has a column 'ID'"):
+        reduce_dataframe(spark.createDataFrame([(1, [("user", "hi")])],
+                                               "id long, messages array<struct<role string, "
+                                               "content string>>"), POLICY, figures_column="ID")
+    with pytest.raises(ContextPlanError, match="already has a column 'error'"):
+        reduce_jsonl(spark.createDataFrame([("{}", "e")], "value string, Error string"), POLICY)
+
+
+def test_a_prepared_policy_carries_its_handlers_to_the_workers(spark, tmp_path):
+    from contextpolicy import prepare_policy
+    from contextpolicy.batch.spark import reduce_dataframe, reduce_jsonl
+
+    rows = synthetic.corpus("chats", 200, 36)
+    table = pa.table({"id": list(range(200)), "messages": rows})
+    df = spark.read.parquet(write(tmp_path, table, files=2))
+    handlers = Builds(str(tmp_path / "builds.txt"))()
+    prepared = prepare_policy(COMPRESS, handlers=handlers)
+    got = sorted(reduce_dataframe(df, prepared).collect(), key=lambda row: row["id"])
+    expected = reduce_table(table, prepared).table.column("messages").to_pylist()
+    assert [[m.asDict() for m in row["messages"]] for row in got] == expected
+    with pytest.raises(ContextPolicyError, match="prepared policy carries its handlers"):
+        reduce_dataframe(df, prepared, make_handlers=Builds(str(tmp_path / "b.txt")))
+    with pytest.raises(ContextPolicyError, match="reduce_jsonl reduces lines by the policy"):
+        reduce_jsonl(spark.createDataFrame([("{}",)], "value string"), prepared)
 
 
 def test_a_row_that_is_not_a_transcript_names_its_partition_and_row(spark, tmp_path):
@@ -200,16 +254,20 @@ def test_jsonl_lines_equal_the_command_line(spark, tmp_path):
     lines = [orjson.dumps({"id": k, "messages": m}) for k, m in enumerate(chats)]
     lines[7] = b'{"id": 7, "messages": [1]}'  # an error, as the command line says it
     lines[9] = json.dumps({"id": 9, "messages": chats[9]}).encode()  # spaced JSON
+    lines[11] = b"   "  # a blank line: skipped, as the command line skips it
     path = tmp_path / "in.jsonl"
     path.write_bytes(b"\n".join(lines) + b"\n")
     got = reduce_jsonl(spark.read.text(str(path)).coalesce(1), POLICY).collect()
     expected = list(process_lines([[(k + 1, line) for k, line in enumerate(lines)]], POLICY))
+    assert expected[11].error is not None  # the runner alone reads it as a document
+    assert (got[11]["value"], got[11]["error"], got[11]["figures"]) == (None, None, None)
     assert [row["value"] for row in got] == [
         None if r.output is None else r.output[:-1].decode() for r in expected]
-    assert [row["error"] for row in got] == [r.error for r in expected]
+    assert [row["error"] for row in got] == [None if k == 11 else r.error
+                                             for k, r in enumerate(expected)]
     assert "expected a message object" in got[7]["error"]
     figures = [row["figures"] for row in got]
-    assert sum(f["read_as_bytes"] for f in figures if f) == len(lines) - 1
+    assert sum(f["read_as_bytes"] for f in figures if f) == len(lines) - 2
     assert [f and f["chars_after"] for f in figures] == [
         r.figures and r.figures[3] for r in expected]
     assert any(f and f["reduced"] for f in figures)

@@ -13,6 +13,7 @@ import functools
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..jsonl.files import NOT_BLANK
 from .table import reduce_table
 
 __all__ = ["ReduceBatches", "ReduceLines", "line_figures_type"]
@@ -34,13 +35,16 @@ class ReduceBatches:
                  make_counter: Callable[[], Any] | None = None,
                  make_handlers: Callable[[], Mapping[str, Callable[..., Any]]] | None = None,
                  figures_column: str | None = "figures") -> None:
-        from ..prepared import prepare_policy
+        from ..prepared import PreparedPolicy, prepare_policy
 
         self.column = column
         self.figures_column = figures_column
-        self.prepared = prepare_policy(
-            policy, handlers=make_handlers() if make_handlers is not None else None,
-            counter=make_counter() if make_counter is not None else None)
+        if isinstance(policy, PreparedPolicy) and make_counter is None and make_handlers is None:
+            self.prepared = policy  # with its own handlers and counter
+        else:
+            self.prepared = prepare_policy(
+                policy, handlers=make_handlers() if make_handlers is not None else None,
+                counter=make_counter() if make_counter is not None else None)
 
     def __call__(self, batch: Any) -> Any:
         import pyarrow as pa
@@ -74,9 +78,10 @@ class ReduceLines:
     JSON document each) reduced line by line, as ``contextpolicy reduce`` reduces them.
 
     The output batch has the reduced line in ``column`` (null for a line that could not be
-    processed), its ``error`` (null, or what the command line would say of it), and a
-    ``figures`` struct: ``triggered``, ``target_reached``, ``missed_reason`` (the report's
-    ``missedReason``), ``reduced`` (chars or messages went down), ``chars_before``,
+    processed, and for a blank line or a null, which are skipped as the command line skips a
+    blank line: no error, no figures), its ``error`` (null, or what the command line would say
+    of it), and a ``figures`` struct: ``triggered``, ``target_reached``, ``missed_reason``
+    (the report's ``missedReason``), ``reduced`` (chars or messages went down), ``chars_before``,
     ``chars_after``, ``messages_before``, ``messages_after``, ``messages_removed``,
     ``groups_removed`` and ``read_as_bytes`` (the line went through the kernel's scanner, not
     the object path).
@@ -100,11 +105,25 @@ class ReduceLines:
         if raw is not None:
             texts = column.cast(getattr(pa, raw)()).to_pylist()
         else:
-            texts = [(t or "").encode("utf-8", "surrogatepass") for t in column.to_pylist()]
-        lines = [(k + 1, text or b"") for k, text in enumerate(texts)]
-        _, results = self.worker.batch(lines)
-        out, errors, rows = [], [], []
+            texts = [None if t is None else t.encode("utf-8", "surrogatepass")
+                     for t in column.to_pylist()]
+        # A blank line (nothing but JSON whitespace) or a null is skipped, as the command line
+        # skips it: no output, no error, no figures.
+        lines = [(k + 1, text) for k, text in enumerate(texts)
+                 if text is not None and NOT_BLANK.search(text)]
+        _, done = self.worker.batch(lines)
+        results: list[Any] = [None] * len(texts)
+        for (number, _text), r in zip(lines, done, strict=True):
+            results[number - 1] = r
+        out: list[str | None] = []
+        errors: list[str | None] = []
+        rows: list[dict[str, Any] | None] = []
         for r in results:
+            if r is None:
+                out.append(None)
+                errors.append(None)
+                rows.append(None)
+                continue
             out.append(None if r.output is None else bytes(r.output[:-1]).decode(
                 "utf-8", "surrogatepass"))
             errors.append(r.error)
