@@ -1,6 +1,6 @@
 """One job on every engine: the same chats read from Parquet, reduced by the same policy and
 written to Parquet, by ``pq.read_table`` + ``reduce_table``, Polars, DuckDB, the command line
-(a whole process), a local Spark session (``local[2]``; ``maxRecordsPerBatch`` of 1,000, 10,000
+(a whole process, ``--jobs 1`` and ``2``), a local Spark session (``local[2]``; ``maxRecordsPerBatch`` of 1,000, 10,000
 and 100,000) and a local Ray cluster (2 CPUs, ``reduce_dataset``'s defaults), beside
 ``reduce_table`` alone on the table in memory (the floor). Each engine's output equals
 ``reduce_table``'s. A cluster is started once for its engine's tests (its start-up is not in
@@ -116,13 +116,15 @@ def test_duckdb(benchmark, request, chats):
     assert_equal(chats, pq.read_table(folder / "duckdb.parquet"))
 
 
-def test_command_line(benchmark, request, chats):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_command_line(benchmark, request, chats, jobs):
     import pyarrow.parquet as pq
 
     folder = chats[1]
     args = [*command(), "reduce", str(folder / "chats.parquet"), "--policy",
-            str(folder / "policy.json"), "-o", str(folder / "cli.parquet"), "-q"]
-    run(benchmark, request, chats, "command-line", lambda: subprocess.run(
+            str(folder / "policy.json"), "-o", str(folder / "cli.parquet"), "-q",
+            "--jobs", str(jobs)]
+    run(benchmark, request, chats, f"command-line-jobs{jobs}", lambda: subprocess.run(
         args, check=True, stdin=subprocess.DEVNULL))
     assert_equal(chats, pq.read_table(folder / "cli.parquet"))
 

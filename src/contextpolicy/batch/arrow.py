@@ -43,7 +43,13 @@ def as_strings(arr: Any) -> Any:
     """``arr`` as a string or large_string array (views and dictionaries decoded)."""
     pa = require_pyarrow()
     if pa.types.is_dictionary(arr.type):
-        arr = arr.dictionary_decode()
+        if pa.types.is_string_view(arr.type.value_type):
+            # Arrow's take has no kernel for string_view (what Polars exports a Categorical or
+            # an Enum as): its dictionary, a few values, is cast first, and then taken (a null
+            # index gives a null, as dictionary_decode does).
+            arr = arr.dictionary.cast(pa.large_string()).take(arr.indices)
+        else:
+            arr = arr.dictionary_decode()
     if pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.large_string())
     return arr
