@@ -1,7 +1,7 @@
 """One job on every engine: the same chats read from Parquet, reduced by the same policy and
 written to Parquet, by ``pq.read_table`` + ``reduce_table``, Polars, DuckDB, the command line
-(a whole process, ``--jobs 1`` and ``2``), a local Spark session (``local[2]``; ``maxRecordsPerBatch`` of 1,000, 10,000
-and 100,000) and a local Ray cluster (2 CPUs, ``reduce_dataset``'s defaults), beside
+(a whole process, ``--jobs 1`` and ``2``), a local Spark session (``local[2]``;
+``maxRecordsPerBatch`` of 1,000, 10,000 and 100,000) and a local Ray cluster (2 CPUs, ``reduce_dataset``'s defaults), beside
 ``reduce_table`` alone on the table in memory (the floor). Each engine's output equals
 ``reduce_table``'s. A cluster is started once for its engine's tests (its start-up is not in
 the figures: a cluster is up before a job is given to it); the command line's start-up is.
