@@ -454,3 +454,27 @@ def test_a_string_that_is_not_utf8_is_named_in_every_nested_layout(layout):
     (issue,) = info.value.issues
     assert (issue.path, issue.code) == (path, "invalid-utf8")
     assert "0xff at byte" in issue.message
+
+
+def test_roles_and_content_as_dictionaries_of_string_views():
+    """A dictionary of ``string_view`` values (what Polars exports a Categorical or an Enum as)
+    is read as its strings: the same rows and figures as plain strings, the column given back
+    in its own type (a null index is a null)."""
+    rows = [[{"role": "user", "content": "a" * 40}, {"role": "assistant", "content": "b" * 40},
+             {"role": "user", "content": "q"}],
+            [{"role": "user", "content": None}], [],
+            [{"role": "system", "content": "be brief"}, {"role": "user", "content": "a" * 40},
+             {"role": "assistant", "content": "😀" * 30}, {"role": "user", "content": "a" * 40}]]
+    plain = pa.table({"id": range(len(rows)), "messages": pa.array(rows, type=pa.list_(
+        pa.struct([("role", pa.string()), ("content", pa.string())])))})
+    views = pa.dictionary(pa.int32(), pa.string_view())
+    typ = pa.list_(pa.struct([("role", views), ("content", views)]))
+    table = plain.set_column(1, pa.field("messages", typ), plain.column(1).cast(typ))
+    for policy in (VALIDATE, TRIM):
+        want = reduce_table(plain, policy)
+        for arrow_in in (table, table.to_batches()[0]):
+            out = reduce_table(arrow_in, policy)
+            assert out.table.schema == table.schema
+            assert out.table.to_pylist() == want.table.to_pylist()
+            assert out.figures.to_pylist() == want.figures.to_pylist()
+    assert reduce_table(table, TRIM).figures.column("messages_after").to_pylist() == [1, 1, 0, 2]

@@ -255,3 +255,70 @@ def test_the_batch_layer_imports_neither_engine():
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True,
                          check=True)
     assert out.stdout.strip() == "[]"
+
+
+# ---------------------------------------------------------------------------------------------
+# Only the messages column goes through Arrow: the other columns come back as they were
+
+
+def test_polars_columns_arrow_cannot_hold_come_back_as_they_were():
+    payloads = [{"user": i} for i in range(4)]
+    frame = pl.from_arrow(arrow_table()).with_columns(
+        meta=pl.Series(payloads, dtype=pl.Object),
+        big=pl.Series([2**100, -(2**90), 0, 1], dtype=pl.Int128),
+        ubig=pl.Series([2**120, 0, 1, 2], dtype=pl.UInt128))
+    out = reduce_table(frame, POLICY)
+    assert out.table.schema == frame.schema
+    # The objects themselves, not their addresses as bytes.
+    assert all(a is b for a, b in zip(out.table["meta"].to_list(), payloads, strict=True))
+    assert out.table["big"].to_list() == [2**100, -(2**90), 0, 1]
+    assert out.table["ubig"].to_list() == [2**120, 0, 1, 2]
+    assert out.table.columns == frame.columns
+    assert_same_as_arrow(out.table.select("id", "name", "messages").to_arrow(),
+                         out.figures.to_arrow(), arrow_table())
+    # Nothing reduced: the same again.
+    same = reduce_table(frame, {"mode": "validate"}).table
+    assert same.schema == frame.schema and same["meta"].to_list()[0] is payloads[0]
+
+
+def test_polars_categorical_and_enum_roles():
+    roles = pl.Enum(["system", "user", "assistant", "tool"])
+    for dtype in (pl.Categorical, roles):
+        frame = pl.from_arrow(arrow_table()).with_columns(pl.col("messages").list.eval(
+            pl.element().struct.with_fields(pl.field("role").cast(dtype))))
+        out = reduce_table(frame, POLICY)
+        assert out.table.schema == frame.schema, dtype
+        assert_same_as_arrow(out.table.to_arrow(), out.figures.to_arrow(), arrow_table())
+
+
+DUCKDB_TYPES = ("id, '01:02:03+05'::TIMETZ AS tz, '101'::BIT AS b, 'a'::mood AS e, "
+                "170141183460469231731687303715884105727::HUGEINT AS h, "
+                "340282366920938463463374607431768211455::UHUGEINT AS uh, "
+                "'{\"x\": 1}'::JSON AS j, 'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11'::UUID AS u")
+
+
+def test_duckdb_columns_arrow_cannot_hold_come_back_as_they_were(con):
+    con.from_arrow(arrow_table()).create("chats")
+    con.execute("CREATE TYPE mood AS ENUM ('a', 'b')")
+    relation = con.sql(f"SELECT {DUCKDB_TYPES}, messages FROM chats ORDER BY id DESC")
+    out = reduce_table(relation, POLICY)
+    assert out.table.columns == relation.columns and out.table.types == relation.types
+    got, want = out.table.fetchall(), relation.fetchall()
+    assert [r[:-1] for r in got] == [r[:-1] for r in want]
+    assert got[0][1].utcoffset().total_seconds() == 5 * 3600 and got[0][2] == "101"
+    picked = arrow_table().take([3, 2, 1, 0])
+    assert_same_as_arrow(out.table.project("id, messages").to_arrow_table(),
+                         out.figures.to_arrow_table(), picked.select(["id", "messages"]))
+
+
+def test_duckdb_query_runs_once_and_its_rows_keep_their_order(con):
+    con.from_arrow(arrow_table(ROWS * 50)).create("chats")
+    # The order differs on every run: the output must hold one run's rows, each row's messages
+    # with its own columns, in that run's order.
+    relation = con.sql("SELECT id, random() AS r, messages FROM chats ORDER BY r")
+    out = reduce_table(relation, POLICY)
+    rows = out.table.fetchall()
+    assert rows == out.table.fetchall()  # read twice: the same rows
+    assert [r for _, r, _ in rows] == sorted(r for _, r, _ in rows)
+    want = reduce_table(arrow_table(ROWS * 50), POLICY).table.column("messages").to_pylist()
+    assert [m for _, _, m in rows] == [want[i] for i, _, _ in rows]

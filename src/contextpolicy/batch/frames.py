@@ -2,10 +2,9 @@
 goes through Arrow.
 
 An engine's object is known by the module of its class, so neither Polars nor DuckDB is imported
-unless such an object is given (and then it is loaded already). Each input becomes a
-:class:`Columns`: the names of its columns and, once asked for by ``reduce_table``, one column
-(the messages) as an Arrow chunked array; and it comes with the function that turns the result
-(the reduced column, the figures) back into the input's kind.
+unless such an object is given (and then it is loaded already). An engine's table gives
+``reduce_table`` its messages column alone, as a one-column Arrow table, with the function that
+turns the result (the reduced column, the figures) back into the input's kind.
 
 The other columns never leave the engine, so they come back exactly as they were, dtype and
 values: Arrow cannot hold every engine type as it is (Polars exports an ``Object`` column as
@@ -20,6 +19,10 @@ memory (``materialize``), and the messages column is written out as Arrow (a cop
 of a relation is). The relation given back joins, by position (``POSITIONAL JOIN``, the held
 rows and the reduced column both read in order), the held rows' other columns with the reduced
 column, which it reads where it is, every time it is read.
+
+A column holding dictionaries of ``string_view`` values (a Polars Categorical or Enum, or an
+Arrow table's own) is read with ``large_string`` dictionary values (Arrow's take has no kernel
+for ``string_view``: only the dictionaries are copied) and given back in its own type.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ import secrets
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from .arrow import require_pyarrow
+from ..errors import ContextPlanError
+from .arrow import require_pyarrow, views_undone
 
-__all__ = ["ACCEPTED", "Columns", "Frame", "as_arrow", "engine_of"]
+__all__ = ["ACCEPTED", "Frame", "as_arrow", "engine_of", "missing_column"]
 
 ACCEPTED = "a pyarrow Table or RecordBatch, a Polars DataFrame or a DuckDB relation"
 
@@ -43,60 +47,11 @@ _ENGINES = {
 
 
 class Frame(NamedTuple):
-    """The input as an Arrow table (or :class:`Columns`), and how the result becomes the
-    input's kind."""
+    """What ``reduce_table`` reduces (an Arrow table or record batch: for an engine's table,
+    its messages column alone), and how the result becomes the input's kind."""
 
     table: Any
-    back: Callable[[Any], Any] | None  # None: the input is Arrow already
-
-
-class _Names:
-    """The schema :class:`Columns` shows ``reduce_table``: every column's name, and the Arrow
-    field of the one column exported."""
-
-    def __init__(self, columns: Columns) -> None:
-        self._columns = columns
-        self.names = list(columns.names)
-
-    def field(self, where: int) -> Any:
-        data = self._columns.column(where)
-        return require_pyarrow().field(self.names[where], data.type)
-
-
-class Columns:
-    """An engine's table as ``reduce_table`` reads it: the names of all its columns, and one of
-    them exported to Arrow when asked for (``column``), the others left where they are.
-    ``set_column`` gives the same table with that column replaced by an Arrow chunked array
-    (the reduced messages), which ``back`` puts in the engine's table."""
-
-    def __init__(self, names: list[str], export: Callable[[int], Any]) -> None:
-        self.names = names
-        self._export = export
-        self.where: int | None = None
-        self.data: Any = None
-        self.replaced: Any = None  # the chunked array set in place of column ``where``
-
-    @property
-    def schema(self) -> _Names:
-        return _Names(self)
-
-    @property
-    def column_names(self) -> list[str]:
-        return list(self.names)
-
-    def column(self, where: int) -> Any:
-        """Column ``where`` as an Arrow chunked array, exported once."""
-        if self.where is None:
-            self.where, self.data = where, self._export(where)
-        elif where != self.where:
-            raise ValueError("only one column of an engine's table goes through Arrow")
-        return self.data
-
-    def set_column(self, where: int, _field: Any, data: Any) -> Columns:
-        self.column(where)
-        out = Columns(self.names, self._export)
-        out.where, out.data, out.replaced = where, self.data, data
-        return out
+    back: Callable[[Any], Any] | None  # Reduced -> Reduced; None: the input is Arrow already
 
 
 def engine_of(obj: object) -> str | None:
@@ -110,73 +65,124 @@ def engine_of(obj: object) -> str | None:
     return None
 
 
-def as_arrow(obj: object) -> Frame:
-    """``obj`` as an Arrow table or record batch, or an engine's table as :class:`Columns`; a
-    TypeError for anything else (a Polars LazyFrame: collect it first)."""
+def missing_column(column: str, names: list[str]) -> ContextPlanError:
+    """The error of a table without ``column``."""
+    return ContextPlanError(
+        f"the table has no column {column!r} (columns: {', '.join(names) or 'none'})",
+        path=column, code="missing-column")
+
+
+def as_arrow(obj: object, column: str) -> Frame:
+    """``obj`` as ``reduce_table`` reduces it: an Arrow table or record batch as it is (but for
+    dictionaries of ``string_view``), an engine's table as its ``column`` alone; a TypeError
+    for anything else (a Polars LazyFrame: collect it first), a ContextPlanError for an
+    engine's table without ``column``."""
     pa = require_pyarrow()
     if isinstance(obj, (pa.Table, pa.RecordBatch)):
-        return Frame(obj, None)
+        return _from_arrow(obj)
     engine = engine_of(obj)
     if engine == "polars":
-        return _from_polars(obj)
+        return _from_polars(obj, column)
     if engine == "duckdb":
-        return _from_duckdb(obj)
+        return _from_duckdb(obj, column)
     if engine == "polars-lazy":
         raise TypeError("expected a Polars DataFrame, got a LazyFrame: reduce_table needs every "
                         "row in memory, so collect it first (reduce_table(frame.collect(), ...))")
     raise TypeError(f"expected {ACCEPTED}, got {type(obj).__name__}")
 
 
-def _from_polars(frame: Any) -> Frame:
-    import polars as pl
-
-    # CompatLevel (Polars 1.1 on): Polars' own string_view, not a copy into large_string.
-    level = getattr(pl, "CompatLevel", None)
-
-    def export(where: int) -> Any:
-        # By position, not by name: pl.col would read a name like "^m.*$" as a pattern.
-        one = frame.select(frame.to_series(where))
-        return (one.to_arrow(compat_level=level.newest()) if level else one.to_arrow()).column(0)
+def _from_arrow(table: Any) -> Frame:
+    """An Arrow table as it is, unless a column holds a dictionary of ``string_view`` values:
+    then that column is read as :func:`views_undone` makes it, and given back as it was."""
+    schema = table.schema
+    undone = {i: views_undone(f.type) for i, f in enumerate(schema)}
+    changed = [i for i, t in undone.items() if t != schema.field(i).type]
+    if not changed:
+        return Frame(table, None)
+    for i in changed:
+        table = table.set_column(i, schema.field(i).with_type(undone[i]),
+                                 table.column(i).cast(undone[i]))
 
     def back(out: Any) -> Any:
-        if not isinstance(out, Columns):  # the figures
-            return pl.from_arrow(out, rechunk=False)
-        if out.replaced is None:  # nothing reduced: the input's own columns
-            return frame.clone()
-        assert out.where is not None
-        table = require_pyarrow().table([out.replaced], names=[out.names[out.where]])
-        return frame.with_columns(pl.from_arrow(table, rechunk=False).to_series(0))
+        reduced = out.table
+        for i in changed:
+            reduced = reduced.set_column(i, schema.field(i),
+                                         reduced.column(i).cast(schema.field(i).type))
+        return type(out)(reduced, out.figures)
 
-    return Frame(Columns(list(frame.columns), export), back)
+    return Frame(table, back)
+
+
+def _one_column(table: Any) -> tuple[Any, Any]:
+    """A one-column Arrow table as ``reduce_table`` reads it (dictionaries of ``string_view``
+    undone), and its field as exported."""
+    pa = require_pyarrow()
+    exported = table.schema.field(0)
+    undone = views_undone(exported.type)
+    if undone != exported.type:
+        table = pa.table({exported.name: table.column(0).cast(undone)})
+    return table, exported
+
+
+def _column_back(out: Any, read: Any, exported: Any) -> Any | None:
+    """The reduced column as a chunked array of the exported type, or None when nothing in it
+    changed (``reduce_table`` gives back the very table it read)."""
+    if out.table is read:
+        return None
+    data = out.table.column(0)
+    return data if data.type == exported.type else data.cast(exported.type)
+
+
+def _from_polars(frame: Any, column: str) -> Frame:
+    import polars as pl
+
+    if column not in frame.columns:
+        raise missing_column(column, list(frame.columns))
+    # CompatLevel (Polars 1.1 on): Polars' own string_view, not a copy into large_string.
+    # By position, not by name: pl.col would read a name like "^m.*$" as a pattern.
+    one = frame.select(frame.to_series(frame.columns.index(column)))
+    level = getattr(pl, "CompatLevel", None)
+    read, exported = _one_column(
+        one.to_arrow(compat_level=level.newest()) if level else one.to_arrow())
+
+    def back(out: Any) -> Any:
+        figures = pl.from_arrow(out.figures, rechunk=False)
+        data = _column_back(out, read, exported)
+        if data is None:  # nothing reduced: the input's own columns
+            return type(out)(frame.clone(), figures)
+        reduced = pl.from_arrow(require_pyarrow().table([data], schema=require_pyarrow().schema(
+            [exported])), rechunk=False)
+        assert isinstance(reduced, pl.DataFrame)  # a Table gives a DataFrame
+        return type(out)(frame.with_columns(reduced.to_series(0)), figures)
+
+    return Frame(read, back)
 
 
 def _quote(name: str) -> str:
     return '"' + name.replace('"', '""') + '"'
 
 
-def _from_duckdb(relation: Any) -> Frame:
-    held: list[Any] = []  # the relation's rows, once the messages column is asked for
-
-    def export(where: int) -> Any:
-        # The query runs once: its rows are held, the messages column read from them.
-        held.append(relation.materialize())
-        return held[0].select(_quote(relation.columns[where])).to_arrow_table().column(0)
+def _from_duckdb(relation: Any, column: str) -> Frame:
+    names = list(relation.columns)
+    if column not in names:
+        raise missing_column(column, names)
+    # The query runs once: its rows are held, the messages column read from them.
+    held = relation.materialize()
+    read, exported = _one_column(held.select(_quote(column)).to_arrow_table())
 
     def back(out: Any) -> Any:
-        if not isinstance(out, Columns):  # the figures
-            return on_connection_of(held[0] if held else relation, out)
-        assert out.where is not None
-        data = out.data if out.replaced is None else out.replaced
-        name = out.names[out.where]
-        reduced = require_pyarrow().table([data], names=[name])
-        picked = ", ".join(
-            f"r.{_quote(n)}" if i == out.where else f"h.{_quote(n)}"
-            for i, n in enumerate(out.names))
-        return on_connection_of(
-            held[0], reduced,
-            lambda rows, arrow: f"SELECT {picked} FROM {rows} AS h POSITIONAL JOIN {arrow} AS r")
+        pa = require_pyarrow()
+        figures = on_connection_of(held, out.figures)
+        data = _column_back(out, read, exported)
+        reduced = pa.table([read.column(0).cast(exported.type) if data is None else data],
+                           schema=pa.schema([exported]))
+        picked = ", ".join(f"r.{_quote(n)}" if n == column else f"h.{_quote(n)}" for n in names)
+        return type(out)(on_connection_of(
+            held, reduced,
+            lambda rows, arrow: f"SELECT {picked} FROM {rows} AS h POSITIONAL JOIN {arrow} AS r"),
+            figures)
 
-    return Frame(Columns(list(relation.columns), export), back)
+    return Frame(read, back)
 
 
 def on_connection_of(relation: Any, table: Any,

@@ -27,7 +27,7 @@ from .._tables import (
 from ..errors import ContextPlanError, Issue
 from .arrow import as_int64, is_list_type, require_pyarrow
 from .chunk import Chunk
-from .frames import as_arrow
+from .frames import as_arrow, missing_column
 from .run import FAST, OBJECT, TableRun, warning_type
 
 if TYPE_CHECKING:
@@ -116,13 +116,17 @@ def reduce_table(
 
     A Polars DataFrame or a DuckDB relation gives back its own kind: ``table`` and ``figures``
     are then both Polars DataFrames, or both relations on the input relation's connection (they
-    join with its tables) that read the output's Arrow buffers in place. Polars hands its buffers
-    to Arrow and takes them back without a copy; a relation is a query, run once here, its rows
-    written out by DuckDB as Arrow. DuckDB's API does not give a relation's connection, so the
-    output relations are made by the input's own ``query``, reading the output under a random
-    name: no name is registered in, or left in, the connection's catalog. They never run the
-    input's query again, but DuckDB binds it again when the catalog changes: drop a table it
-    reads only once they are no longer used. The input is never changed. A Polars
+    join with its tables). Only ``column`` goes through Arrow: every other column stays in the
+    engine and comes back exactly as it was, dtype and values (a Polars ``Object`` or
+    ``Int128``, a DuckDB ``TIMETZ``, ``BIT``, ``ENUM``, ``HUGEINT``, ``JSON`` or ``UUID``,
+    which Arrow cannot hold as they are). Polars hands the column to Arrow and takes the
+    reduced one back without a copy, put in its place with ``with_columns``. A relation is a
+    query, run once here, its rows held by DuckDB (``materialize``) and the column written out
+    as Arrow; the output relation joins the held rows' other columns, by position, with the
+    reduced column read in place. DuckDB's API does not give a relation's connection, so the
+    output relations are made by the held rows' ``query``, reading the output under a random
+    name: no name is registered in, or left in, the connection's catalog, and the input's
+    query never runs again. The input is never changed. A Polars
     ``LazyFrame`` is a TypeError: ``.collect()`` it first (reducing needs every row in memory,
     and when to collect is the caller's choice).
 
@@ -135,9 +139,9 @@ def reduce_table(
     """
     require_pyarrow()
     run = TableRun(policy, counter, handlers, implementations)
-    frame = as_arrow(table)
+    frame = as_arrow(table, column)
     out = _reduce_arrow(frame.table, run, column, threads)
-    return out if frame.back is None else Reduced(frame.back(out.table), frame.back(out.figures))
+    return out if frame.back is None else frame.back(out)
 
 
 def _reduce_arrow(table: Any, run: TableRun, column: str, threads: int | None) -> Reduced:
@@ -146,10 +150,7 @@ def _reduce_arrow(table: Any, run: TableRun, column: str, threads: int | None) -
     is_batch = isinstance(table, pa.RecordBatch)
     names = table.schema.names
     if column not in names:
-        raise ContextPlanError(
-            f"the table has no column {column!r} (columns: {', '.join(names) or 'none'})",
-            path=column, code="missing-column",
-        )
+        raise missing_column(column, names)
     where = names.index(column)
     data = table.column(where)
     chunks = [data] if is_batch else list(data.chunks)
