@@ -233,7 +233,7 @@ def test_a_missing_column_is_named_for_every_kind(con):
 
 def test_other_kinds_are_a_type_error_listing_the_accepted_ones():
     accepted = "a pyarrow Table or RecordBatch, a Polars DataFrame or a DuckDB relation"
-    for wrong in (ROWS, arrow_table().to_pandas(), pl.Series([1]), arrow_table().column(0)):
+    for wrong in (ROWS, {"messages": ROWS}, pl.Series([1]), arrow_table().column(0)):
         with pytest.raises(TypeError, match=f"expected {accepted}, got {type(wrong).__name__}"):
             reduce_table(wrong, POLICY)
 
