@@ -205,8 +205,12 @@ def test_memory_stays_near_a_few_row_groups(files, tmp_path, jobs):
                               capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         peaks[name] = int(done.stdout.split()[-1])
-    # Four times the rows cost less than two row groups more: the file is streamed.
-    assert peaks["big"] - peaks["small"] < 2 * per_group, (peaks, per_group)
+    # Four times the rows cost less than two row groups more: the file is streamed. Read ahead
+    # by two readers, the allocator also keeps some of what one thread decoded and another
+    # freed, up to a few row groups more by the 64th (cli/row_groups.py): still not the 48 row
+    # groups more a run that held the file would take.
+    assert peaks["big"] - peaks["small"] < (2 if jobs == "1" else 6) * per_group, (
+        peaks, per_group)
 
 
 def test_deep_json_content_is_one_line_error(files, tmp_path):

@@ -4,8 +4,12 @@ Decoding Parquet is most of what reducing a Parquet file costs, and one reader d
 group at a time on one core. With ``readers`` above one, each of that many threads (pyarrow
 decodes without the GIL) holds a file handle of its own and decodes a whole row group, up to
 ``readers`` row groups ahead of the one being reduced: memory stays near ``readers + 1`` row
-groups. A file of one row group, or one whose row groups are too large to hold several of, is
-streamed by one reader a batch at a time, as before.
+groups, and what the allocator keeps of row groups one thread decoded and another freed (pyarrow's
+mimalloc keeps memory a thread frees for the thread that took it). That part does not grow with
+the file: with two readers and row groups of 13 MB the peak was 316 MB for 16 row groups, 364 MB
+for 64 and 347-353 MB for 256, against 265-270 MB with one reader. A file of one row group, or
+one whose row groups are too large to hold several of, is streamed by one reader a batch at a
+time, as before.
 """
 
 from __future__ import annotations
