@@ -43,44 +43,20 @@ def as_strings(arr: Any) -> Any:
     """``arr`` as a string or large_string array (views and dictionaries decoded)."""
     pa = require_pyarrow()
     if pa.types.is_dictionary(arr.type):
-        if pa.types.is_string_view(arr.type.value_type):
-            # Arrow's take has no kernel for string_view (what Polars exports a Categorical or
-            # an Enum as): its dictionary, a few values, is cast first, and then taken (a null
-            # index gives a null, as dictionary_decode does).
-            arr = arr.dictionary.cast(pa.large_string()).take(arr.indices)
-        else:
-            arr = arr.dictionary_decode()
+        arr = decoded(arr)
     if pa.types.is_string_view(arr.type):
         arr = arr.cast(pa.large_string())
     return arr
 
 
-def views_undone(t: Any, depth: int = 0) -> Any:
-    """``t`` with every dictionary of ``string_view`` values inside it (in lists and structs)
-    made a dictionary of ``large_string`` values: what a reader of the column needs, for
-    Arrow's take, which decoding a dictionary is, has no kernel for ``string_view``. ``t``
-    itself when it holds none (and beyond ``TYPE_DEPTH``). A cast to it copies the
-    dictionaries' values only (indices, offsets and validity stay where they are), and a cast
-    back gives the column as it was."""
+def decoded(arr: Any) -> Any:
+    """A dictionary array's values, in order (a null index gives a null)."""
     pa = require_pyarrow()
-    if depth > TYPE_DEPTH:
-        return t
-    if pa.types.is_dictionary(t):
-        if pa.types.is_string_view(t.value_type):
-            return pa.dictionary(t.index_type, pa.large_string(), t.ordered)
-        return t
-    if is_list_type(t):
-        child = views_undone(t.value_type, depth + 1)
-        if child == t.value_type:
-            return t
-        field = t.value_field.with_type(child)
-        return pa.list_(field) if pa.types.is_list(t) else pa.large_list(field)
-    if pa.types.is_struct(t):
-        fields = [f.with_type(views_undone(f.type, depth + 1)) for f in t]
-        if all(f.type == g.type for f, g in zip(fields, t, strict=True)):
-            return t
-        return pa.struct(fields)
-    return t
+    if pa.types.is_string_view(arr.type.value_type):
+        # Arrow's take has no kernel for string_view (what Polars exports a Categorical or an
+        # Enum as): its dictionary, a few values, is cast first, and then taken.
+        return arr.dictionary.cast(pa.large_string()).take(arr.indices)
+    return arr.dictionary_decode()
 
 
 def is_text_type(t: Any) -> bool:

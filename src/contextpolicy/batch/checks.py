@@ -21,7 +21,7 @@ import numpy as np
 
 from .. import _kernel
 from ..errors import ContextPlanError
-from .arrow import null_mask, require_pyarrow, string_buffers
+from .arrow import decoded, null_mask, require_pyarrow, string_buffers
 
 __all__ = ["check_json_numbers", "check_utf8"]
 
@@ -134,7 +134,7 @@ def _below(arr: Any, place: Place) -> list[tuple[Any, Place]]:
     if isinstance(t, pa.BaseExtensionType):
         return [(arr.storage, place)]
     if pa.types.is_dictionary(t):
-        return [(arr.dictionary_decode(), place)]
+        return [(decoded(arr), place)]
     if pa.types.is_run_end_encoded(t):
         import pyarrow.compute as pc
 

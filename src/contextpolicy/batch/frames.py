@@ -19,10 +19,6 @@ memory (``materialize``), and the messages column is written out as Arrow (a cop
 of a relation is). The relation given back joins, by position (``POSITIONAL JOIN``, the held
 rows and the reduced column both read in order), the held rows' other columns with the reduced
 column, which it reads where it is, every time it is read.
-
-A column holding dictionaries of ``string_view`` values (a Polars Categorical or Enum, or an
-Arrow table's own) is read with ``large_string`` dictionary values (Arrow's take has no kernel
-for ``string_view``: only the dictionaries are copied) and given back in its own type.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from ..errors import ContextPlanError
-from .arrow import require_pyarrow, views_undone
+from .arrow import require_pyarrow
 
 __all__ = ["ACCEPTED", "Frame", "as_arrow", "engine_of", "missing_column"]
 
@@ -73,13 +69,12 @@ def missing_column(column: str, names: list[str]) -> ContextPlanError:
 
 
 def as_arrow(obj: object, column: str) -> Frame:
-    """``obj`` as ``reduce_table`` reduces it: an Arrow table or record batch as it is (but for
-    dictionaries of ``string_view``), an engine's table as its ``column`` alone; a TypeError
-    for anything else (a Polars LazyFrame: collect it first), a ContextPlanError for an
-    engine's table without ``column``."""
+    """``obj`` as ``reduce_table`` reduces it: an Arrow table or record batch as it is, an
+    engine's table as its ``column`` alone; a TypeError for anything else (a Polars LazyFrame:
+    collect it first), a ContextPlanError for an engine's table without ``column``."""
     pa = require_pyarrow()
     if isinstance(obj, (pa.Table, pa.RecordBatch)):
-        return _from_arrow(obj)
+        return Frame(obj, None)
     engine = engine_of(obj)
     if engine == "polars":
         return _from_polars(obj, column)
@@ -89,39 +84,6 @@ def as_arrow(obj: object, column: str) -> Frame:
         raise TypeError("expected a Polars DataFrame, got a LazyFrame: reduce_table needs every "
                         "row in memory, so collect it first (reduce_table(frame.collect(), ...))")
     raise TypeError(f"expected {ACCEPTED}, got {type(obj).__name__}")
-
-
-def _from_arrow(table: Any) -> Frame:
-    """An Arrow table as it is, unless a column holds a dictionary of ``string_view`` values:
-    then that column is read as :func:`views_undone` makes it, and given back as it was."""
-    schema = table.schema
-    undone = {i: views_undone(f.type) for i, f in enumerate(schema)}
-    changed = [i for i, t in undone.items() if t != schema.field(i).type]
-    if not changed:
-        return Frame(table, None)
-    for i in changed:
-        table = table.set_column(i, schema.field(i).with_type(undone[i]),
-                                 table.column(i).cast(undone[i]))
-
-    def back(out: Any) -> Any:
-        reduced = out.table
-        for i in changed:
-            reduced = reduced.set_column(i, schema.field(i),
-                                         reduced.column(i).cast(schema.field(i).type))
-        return type(out)(reduced, out.figures)
-
-    return Frame(table, back)
-
-
-def _one_column(table: Any) -> tuple[Any, Any]:
-    """A one-column Arrow table as ``reduce_table`` reads it (dictionaries of ``string_view``
-    undone), and its field as exported."""
-    pa = require_pyarrow()
-    exported = table.schema.field(0)
-    undone = views_undone(exported.type)
-    if undone != exported.type:
-        table = pa.table({exported.name: table.column(0).cast(undone)})
-    return table, exported
 
 
 def _column_back(out: Any, read: Any, exported: Any) -> Any | None:
@@ -142,8 +104,8 @@ def _from_polars(frame: Any, column: str) -> Frame:
     # By position, not by name: pl.col would read a name like "^m.*$" as a pattern.
     one = frame.select(frame.to_series(frame.columns.index(column)))
     level = getattr(pl, "CompatLevel", None)
-    read, exported = _one_column(
-        one.to_arrow(compat_level=level.newest()) if level else one.to_arrow())
+    read = one.to_arrow(compat_level=level.newest()) if level else one.to_arrow()
+    exported = read.schema.field(0)
 
     def back(out: Any) -> Any:
         figures = pl.from_arrow(out.figures, rechunk=False)
@@ -168,7 +130,8 @@ def _from_duckdb(relation: Any, column: str) -> Frame:
         raise missing_column(column, names)
     # The query runs once: its rows are held, the messages column read from them.
     held = relation.materialize()
-    read, exported = _one_column(held.select(_quote(column)).to_arrow_table())
+    read = held.select(_quote(column)).to_arrow_table()
+    exported = read.schema.field(0)
 
     def back(out: Any) -> Any:
         pa = require_pyarrow()
