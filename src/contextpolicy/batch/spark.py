@@ -28,6 +28,7 @@ from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 from ..errors import ContextPlanError, ContextPolicyError, Issue
+from .frames import missing_column
 from .mapped import ReduceBatches, ReduceLines, line_figures_type
 from .table import figures_schema, shift_rows
 
@@ -210,9 +211,7 @@ def _require_dataframe(df: Any) -> None:
 
 def _field(schema: Any, column: str) -> Any:
     if column not in schema.names:
-        raise ContextPlanError([Issue(
-            column, f"the DataFrame has no column {column!r} (columns: "
-            f"{', '.join(schema.names) or 'none'})", "missing-column")])
+        raise missing_column(column, schema.names)
     return schema[column]
 
 
