@@ -1,7 +1,9 @@
 """One job on every engine: the same chats read from Parquet, reduced by the same policy and
 written to Parquet, by ``pq.read_table`` + ``reduce_table``, Polars, DuckDB, the command line
 (a whole process, ``--jobs 1`` and ``2``), a local Spark session (``local[2]``;
-``maxRecordsPerBatch`` of 1,000, 10,000 and 100,000) and a local Ray cluster (2 CPUs, ``reduce_dataset``'s defaults), beside
+``maxRecordsPerBatch`` of 1,000, 10,000 and 100,000) and a local Ray cluster (2 CPUs:
+``reduce_dataset``'s defaults over Ray Data's ``read_parquet``, and ``reduce_parquet``'s plain
+tasks), beside
 ``reduce_table`` alone on the table in memory (the floor). Each engine's output equals
 ``reduce_table``'s. A cluster is started once for its engine's tests (its start-up is not in
 the figures: a cluster is up before a job is given to it); the command line's start-up is.
@@ -178,4 +180,19 @@ class TestRay:
             reduce_dataset(ds, POLICY).write_parquet(target)
 
         run(benchmark, request, chats, "ray", job)
+        assert_equal(chats, pq.read_table(target))
+
+    def test_ray_tasks(self, benchmark, request, chats, cluster):
+        import pyarrow.parquet as pq
+
+        from contextpolicy.batch.ray import reduce_parquet
+
+        folder = chats[1]
+        target = out_dir(folder, "ray-tasks")
+
+        def job() -> None:
+            shutil.rmtree(target, ignore_errors=True)
+            reduce_parquet(folder / "chats.parquet", POLICY, output=target)
+
+        run(benchmark, request, chats, "ray-tasks", job)
         assert_equal(chats, pq.read_table(target))

@@ -6,7 +6,9 @@ same rows in memory, ``pq.read_table`` + ``reduce_table`` in one process, and Ra
 Ray's Parquet reader at its defaults and with one footer-reading actor
 (``RAY_DATA_PARQUET_FOOTER_NUM_ACTORS=1``), with blocks of 5,000 rows and of 50,000; then
 batch sizes of 1,000, 4,096 and 10,000 rows, the settings before (``batch_size=4096``,
-``num_cpus=0.5``), and a pool of one actor. Each Ray round is a whole run: the actors (if any)
+``num_cpus=0.5``), and a pool of one actor; and ``reduce_parquet``, plain Ray tasks reading
+row groups with pyarrow (no Ray Data read), at its defaults and in parts of one row group and
+of 25,000 rows. Each Ray round is a whole run: the actors (if any)
 started, the file read, the rows reduced and the result materialized. The reduced rows equal
 ``reduce_table``'s.
 
@@ -141,6 +143,25 @@ def test_ray_read_and_reduce_dataset(benchmark, request, cluster, chats_file, la
     label(benchmark, table, f"ray-read+reduce-dataset ({kind})")
     out = benchmark.pedantic(run, rounds=rounds(request), iterations=1, warmup_rounds=1)
     got = pa.concat_tables(cluster.get(out.to_arrow_refs())).sort_by("id")
+    expected = reduce_table(table, POLICY)
+    assert got.column("messages").to_pylist() == \
+        expected.table.column("messages").to_pylist()
+    assert got.column("figures").to_pylist() == expected.figures.to_pylist()
+
+
+@pytest.mark.parametrize("rows_per_task", [None, 5_000, 25_000],
+                         ids=["defaults", "parts of 5,000", "parts of 25,000"])
+def test_ray_reduce_parquet(benchmark, request, cluster, chats_file, rows_per_task):
+    import pyarrow as pa
+
+    from contextpolicy.batch.ray import reduce_parquet
+
+    table, path = chats_file
+    keywords = {} if rows_per_task is None else {"rows_per_task": rows_per_task}
+    label(benchmark, table, f"ray-reduce-parquet ({'defaults' if rows_per_task is None else rows_per_task})")
+    out = benchmark.pedantic(lambda: reduce_parquet(path, POLICY, **keywords),
+                             rounds=rounds(request), iterations=1, warmup_rounds=1)
+    got = pa.concat_tables(cluster.get(out.to_arrow_refs()))
     expected = reduce_table(table, POLICY)
     assert got.column("messages").to_pylist() == \
         expected.table.column("messages").to_pylist()

@@ -19,6 +19,7 @@ from conftest import KERNEL_PARAMS, load_kernel
 from contextpolicy import ContextPlanError, ContextPolicyError, _kernel, synthetic
 from contextpolicy.batch import reduce_table
 from tests.support.spark import local_session
+from tests.support.tables import corpus_rows
 
 pytestmark = [pytest.mark.extras, pytest.mark.filterwarnings(
     "ignore:PySpark does not yet fully support pandas:FutureWarning")]
@@ -87,10 +88,7 @@ def test_workers_run_the_kernel_of_the_session(spark):
 def test_parquet_in_parquet_out_equals_one_process(spark, tmp_path, corpus):
     from contextpolicy.batch.spark import reduce_dataframe
 
-    rows = synthetic.corpus(corpus, 1200 if corpus == "chats" else 300, 31)
-    if corpus == "agent-traces":  # tool calls and results as blocks: one content type
-        rows = [[dict(m, content=[{"type": "text", "text": m["content"]}])
-                 if isinstance(m.get("content"), str) else m for m in r] for r in rows]
+    rows = corpus_rows(corpus, 1200 if corpus == "chats" else 300, 31)
     table = pa.table({"id": list(range(len(rows))), "messages": rows})
     df = spark.read.parquet(write(tmp_path, table))
     schema = df.schema.json()

@@ -44,3 +44,16 @@ def responses_turn(i: int, calls: int = 1, size: int = 40) -> list[dict]:
     out.append({"type": "message", "role": "assistant",
                 "content": [{"type": "output_text", "text": "a" * size}]})
     return out
+
+
+def corpus_rows(kind: str, n: int, seed: int) -> list[list[dict]]:
+    """``n`` transcripts of a seeded corpus as one Arrow column holds them: an agent trace's
+    text contents as blocks, so every content has one type (its tool calls and results are
+    blocks)."""
+    from contextpolicy import synthetic
+
+    rows = synthetic.corpus(kind, n, seed)
+    if kind == "agent-traces":
+        rows = [[dict(m, content=[{"type": "text", "text": m["content"]}])
+                 if isinstance(m.get("content"), str) else m for m in r] for r in rows]
+    return rows

@@ -16,7 +16,40 @@ from typing import Any
 from ..jsonl.files import NOT_BLANK
 from .table import reduce_table
 
-__all__ = ["ReduceBatches", "ReduceLines", "line_figures_type"]
+__all__ = ["ReduceBatches", "ReduceLines", "built_once", "checked_policy", "line_figures_type"]
+
+_BUILT: dict[str, Any] = {}  # per worker process: the callables built, by the run's key
+_KEEP = 8  # runs whose callables a worker keeps (a long-lived worker serves many jobs)
+
+
+def checked_policy(policy: Any, make_counter: Callable[[], Any] | None,
+                   make_handlers: Callable[[], Mapping[str, Callable[..., Any]]] | None) -> Any:
+    """``policy`` checked on the driver, with what the factories build, as a prepared policy;
+    a prepared policy as it is (with its handlers and counter; factories beside it are an
+    error)."""
+    from ..errors import ContextPolicyError
+    from ..prepared import PreparedPolicy, carried_options, prepare_policy
+
+    if isinstance(policy, PreparedPolicy):
+        carried = carried_options(make_handlers, make_counter)
+        if carried is not None:
+            raise ContextPolicyError(carried)
+        return policy
+    counter = make_counter() if make_counter is not None else None
+    handlers = make_handlers() if make_handlers is not None else None
+    return prepare_policy(policy, handlers=handlers, counter=counter)
+
+
+def built_once(key: str, build: Callable[[], Any]) -> Any:
+    """What ``build`` gives, built once per worker process for the run ``key`` and kept for
+    the run's next tasks there (at most the last 8 runs are kept)."""
+    built = _BUILT.get(key)
+    if built is None:
+        built = build()
+        while len(_BUILT) >= _KEEP:
+            _BUILT.pop(next(iter(_BUILT)))
+        _BUILT[key] = built
+    return built
 
 
 class ReduceBatches:

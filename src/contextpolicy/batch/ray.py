@@ -13,6 +13,11 @@ counter or handlers are built once per worker, by the factories given), and
 Each output batch is the input batch with its ``messages`` column reduced and, unless
 ``figures_column=None``, a struct column of the row's figures (those of ``reduce_table``).
 
+Parquet files go cheaper through :func:`reduce_parquet` (plain Ray tasks reading row groups
+with pyarrow, no Ray Data read)::
+
+    reduce_parquet("conversations/", policy, output="reduced/")
+
 JSONL goes through :func:`reduce_jsonl` (:class:`ReduceLines`): the lines of
 ``ray.data.read_text`` reduced as ``contextpolicy reduce`` reduces them, read as bytes by the
 kernel's scanner where the policy and the line allow::
@@ -27,8 +32,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .mapped import ReduceBatches, ReduceLines
+from .ray_parquet import reduce_parquet
 
-__all__ = ["ReduceBatches", "ReduceLines", "reduce_dataset", "reduce_jsonl"]
+__all__ = ["ReduceBatches", "ReduceLines", "reduce_dataset", "reduce_jsonl", "reduce_parquet"]
 
 
 def _reduce_batch(batch: Any, *, policy: Any, column: str, figures_column: str | None) -> Any:

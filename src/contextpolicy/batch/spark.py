@@ -29,13 +29,10 @@ from typing import Any
 
 from ..errors import ContextPlanError, ContextPolicyError, Issue
 from .frames import missing_column
-from .mapped import ReduceBatches, ReduceLines, line_figures_type
+from .mapped import ReduceBatches, ReduceLines, built_once, checked_policy, line_figures_type
 from .table import figures_schema, shift_rows
 
 __all__ = ["reduce_dataframe", "reduce_jsonl"]
-
-_BUILT: dict[str, Any] = {}  # per Python worker: the callables built, by the run's key
-_KEEP = 8  # runs whose callables a worker keeps (a long-lived worker serves many jobs)
 
 
 def reduce_dataframe(df: Any, policy: Any, *, column: str = "messages",
@@ -62,7 +59,7 @@ def reduce_dataframe(df: Any, policy: Any, *, column: str = "messages",
     if figures_column is not None and (type(figures_column) is not str or not figures_column):
         raise TypeError(f"figures_column: expected a column name (a non-empty str) or None, "
                         f"got {figures_column!r}")
-    prepared = _prepared(policy, make_counter, make_handlers)
+    prepared = checked_policy(policy, make_counter, make_handlers)
     _require_messages(df.schema, column)
     new: list[tuple[str, Any, bool]] = []
     if figures_column is not None:
@@ -87,7 +84,7 @@ def reduce_jsonl(df: Any, policy: Any, *, column: str = "value") -> Any:
     from pyspark.sql.types import StringType
 
     _require_dataframe(df)
-    prepared = _prepared(policy, None, None)
+    prepared = checked_policy(policy, None, None)
     if prepared.handlers or prepared.counter is not None:
         raise ContextPolicyError([Issue(
             "handlers" if prepared.handlers else "counter", "reduce_jsonl reduces lines by the "
@@ -100,21 +97,6 @@ def reduce_jsonl(df: Any, policy: Any, *, column: str = "value") -> Any:
         _require_new(df, name)
     new = [("error", StringType(), True), ("figures", _spark_type(line_figures_type()), True)]
     return _mapped(df, column, new, ReduceLines, prepared.policy.to_json_dict(), {})
-
-
-def _prepared(policy: Any, make_counter: Any, make_handlers: Any) -> Any:
-    """``policy`` checked here, on the driver, with what the factories build; a prepared
-    policy as it is (with its handlers and counter)."""
-    from ..prepared import PreparedPolicy, carried_options, prepare_policy
-
-    if isinstance(policy, PreparedPolicy):
-        carried = carried_options(make_handlers, make_counter)
-        if carried is not None:
-            raise ContextPolicyError(carried)
-        return policy
-    counter = make_counter() if make_counter is not None else None
-    handlers = make_handlers() if make_handlers is not None else None
-    return prepare_policy(policy, handlers=handlers, counter=counter)
 
 
 def _mapped(df: Any, column: str, new: list[tuple[str, Any, bool]], kind: type, policy: Any,
@@ -152,13 +134,7 @@ class _Partitions:
         self.policy, self.options = policy, options
 
     def callable(self) -> Any:
-        built = _BUILT.get(self.key)
-        if built is None:
-            built = self.kind(self.policy, **self.options)
-            while len(_BUILT) >= _KEEP:
-                _BUILT.pop(next(iter(_BUILT)))
-            _BUILT[self.key] = built
-        return built
+        return built_once(self.key, lambda: self.kind(self.policy, **self.options))
 
     def __call__(self, batches: Iterator[Any]) -> Iterator[Any]:
         run = self.callable()
