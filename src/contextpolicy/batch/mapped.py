@@ -16,13 +16,13 @@ from typing import Any
 from ..jsonl.files import NOT_BLANK
 from .table import reduce_table
 
-__all__ = ["ReduceBatches", "ReduceLines", "built_once", "checked_policy", "line_figures_type"]
+__all__ = ["ReduceBatches", "ReduceLines", "built_once", "driver_policy", "line_figures_type"]
 
 _BUILT: dict[str, Any] = {}  # per worker process: the callables built, by the run's key
 _KEEP = 8  # runs whose callables a worker keeps (a long-lived worker serves many jobs)
 
 
-def checked_policy(policy: Any, make_counter: Callable[[], Any] | None,
+def driver_policy(policy: Any, make_counter: Callable[[], Any] | None,
                    make_handlers: Callable[[], Mapping[str, Callable[..., Any]]] | None) -> Any:
     """``policy`` checked on the driver, with what the factories build, as a prepared policy;
     a prepared policy as it is (with its handlers and counter; factories beside it are an

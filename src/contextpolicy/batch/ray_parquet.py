@@ -13,24 +13,29 @@ keeps them in Ray's object store, as the blocks of a materialized ``ray.data.Dat
     ds = reduce_parquet("s3://bucket/conversations/", policy)      # a Dataset, in order
 
 Everything that can be checked is checked on the driver before a task starts: the policy (with
-what the factories build), every file's footer, the column's type, the name of the figures
-column and the output folder (missing or empty: nothing is overwritten).
+what the factories build), every file's footer, schema and column, the name of the figures
+column and the output folder (missing or empty, not inside a source: nothing is overwritten).
+The tasks write into a hidden folder of the output, whose parts are moved into place once every
+task is done; a run that fails or is interrupted cancels its tasks and leaves no part behind.
 """
 
 from __future__ import annotations
 
-import os
 import sys
 import uuid
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..errors import ContextPlanError, ContextPolicyError, Issue
-from .mapped import ReduceBatches, built_once, checked_policy
+from .mapped import ReduceBatches, built_once, driver_policy
+from .parquet_files import ParquetFile, files_of, output_folder
 from .table import reduce_table, shift_rows
 
 __all__ = ["reduce_parquet"]
+
+_STOP_WAIT = 30.0  # seconds a failed run waits for its cancelled tasks before cleaning up
 
 
 @dataclass(frozen=True)
@@ -39,11 +44,28 @@ class _Part:
     file (the rows an error names are counted from the file's start)."""
 
     index: int
-    filesystem: Any
-    path: str
+    file: ParquetFile
     row_groups: tuple[int, ...]
     first_row: int
     rows: int
+
+    @property
+    def name(self) -> str:
+        """Its file's name in the output, in the folders its source file was in."""
+        own = f"part-{self.index:05d}.parquet"
+        return f"{self.file.folder}/{own}" if self.file.folder else own
+
+
+@dataclass(frozen=True)
+class _Task:
+    """What every task of one run shares: the run's key, the policy (an object reference), the
+    options of :class:`ReduceBatches`, the folder the parts are written to (or ``None``: they
+    are given back, with their files' partitions as columns)."""
+
+    key: str
+    policy: Any
+    options: dict[str, Any]
+    staging: tuple[Any, str] | None
 
 
 def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str = "messages",
@@ -56,15 +78,18 @@ def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str 
     one Ray task per part of about ``rows_per_task`` rows (whole row groups of one file).
 
     ``source`` is a file, a folder (its files, recursively, but for names starting with ``.``
-    or ``_``, as Spark and pyarrow read a folder) or a list of them: local paths or URIs
-    pyarrow can open (``s3://``, ``gs://``, ...), or paths on ``filesystem`` (a
-    ``pyarrow.fs.FileSystem``). Each output row is its input row with ``column`` reduced and,
-    unless ``figures_column=None``, a struct of its figures (those of ``reduce_table``).
+    or ``_``, as Spark and pyarrow read a folder) or a list of them, each file read once: local
+    paths or URIs pyarrow can open (``s3://``, ``gs://``, ...), or paths on ``filesystem`` (a
+    ``pyarrow.fs.FileSystem``). The files must share one schema. Each output row is its input
+    row with ``column`` reduced and, unless ``figures_column=None``, a struct of its figures
+    (those of ``reduce_table``).
 
-    With ``output`` (a folder, local or a URI, that is missing or empty), each task writes its
-    part as ``part-NNNNN.parquet`` there and the paths written are returned in order; without
-    it, the parts stay in Ray's object store and a materialized ``ray.data.Dataset`` of them
-    is returned, its rows in the order of the files and their rows.
+    With ``output`` (a folder, local or a URI, missing or empty, not inside a source folder),
+    each part is written as ``part-NNNNN.parquet`` in the folders its file was in below the
+    source folder (``day=1/part-00000.parquet``: Hive partitions stay partitions) and the names
+    written are returned in order. Without it, the parts stay in Ray's object store and a
+    materialized ``ray.data.Dataset`` of them is returned, its rows in the order of the files
+    and their rows, with a string column for each ``key=value`` folder a file was in.
 
     ``make_counter`` and ``make_handlers`` are factories: called once here to check the policy
     against what they build, then once per Ray worker process (a prepared policy carries its
@@ -72,196 +97,260 @@ def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str 
     :class:`~contextpolicy.ContextPolicyError` here; a missing column, a column that is not a
     list of messages or a figures column the files already have a
     :class:`~contextpolicy.ContextPlanError` here; a row that is not a transcript stops the
-    run with a ``ContextPlanError`` naming the file and the row in it, and the tasks not yet
-    done are cancelled. A progress bar is drawn on standard error when it is a terminal
-    (``progress=True`` always, ``False`` never). Further keywords are the tasks' Ray options
-    (``runtime_env``, ``memory``, ``scheduling_strategy``, ...)."""
+    run with a ``ContextPlanError`` naming the file and the row in it. A run that fails or is
+    interrupted cancels its tasks and writes nothing. A progress bar of rows is drawn on
+    standard error when it is a terminal (``progress=True`` always, ``False`` never). Further
+    keywords are the tasks' Ray options (``runtime_env``, ``memory``,
+    ``scheduling_strategy``, ...)."""
     import ray
 
     if "num_returns" in options:
         raise TypeError("num_returns: the tasks' results are this function's to choose")
-
     if figures_column is not None and (type(figures_column) is not str or not figures_column):
         raise TypeError(f"figures_column: expected a column name (a non-empty str) or None, "
                         f"got {figures_column!r}")
     if type(rows_per_task) is not int or rows_per_task < 1:
         raise ValueError(f"rows_per_task: expected an integer >= 1, got {rows_per_task!r}")
-    prepared = checked_policy(policy, make_counter, make_handlers)
-    files = _files(source, filesystem)
-    parts = _parts(files, prepared, column, figures_column, rows_per_task)
-    target = None if output is None else _output(output, filesystem)
-    factories = make_counter is not None or make_handlers is not None
-    task = _Task(uuid.uuid4().hex, ray.put(policy if factories else prepared), {
-        "column": column, "figures_column": figures_column, "make_counter": make_counter,
-        "make_handlers": make_handlers}, target)
-    remote = ray.remote(_run_part).options(num_cpus=num_cpus, num_returns=2, **options)
-    refs: list[Any] = [remote.remote(task, part) for part in parts]
-    rows = {ref[1]: part.rows for ref, part in zip(refs, parts, strict=True)}
-    _wait(ray, [ref[1] for ref in refs], rows, progress)
+    prepared = driver_policy(policy, make_counter, make_handlers)
+    files, folders = files_of(source, filesystem)
+    target = None if output is None else output_folder(output, filesystem, folders)
+    parts = _parts(files, prepared, column, figures_column, rows_per_task, target is None)
+    _warn_unplaceable(ray, num_cpus)
+    key = uuid.uuid4().hex
+    staging = None
     if target is not None:
-        return ray.get([ref[1] for ref in refs])
-    return ray.data.from_arrow_refs([ref[0] for ref in refs])
+        staging = (target[0], f"{target[1].rstrip('/')}/.contextpolicy-{key}")
+    factories = make_counter is not None or make_handlers is not None
+    task = _Task(key, ray.put(policy if factories else prepared), {
+        "column": column, "figures_column": figures_column, "make_counter": make_counter,
+        "make_handlers": make_handlers}, staging)
+    remote = ray.remote(_run_part).options(num_cpus=num_cpus, num_returns=2, **options)
+    refs: list[Any] = []
+    made = False
+    try:
+        if staging is not None:
+            made = _missing(*target[:2])  # type: ignore[index]
+            staging[0].create_dir(staging[1], recursive=True)
+        refs = [remote.remote(task, part) for part in parts]
+        _wait(ray, refs, parts, progress)
+        if target is None:
+            return ray.data.from_arrow_refs([ref[0] for ref in refs])
+        return _publish(target, staging[1], parts)  # type: ignore[index]
+    except BaseException:
+        _stop(ray, refs)
+        if target is not None:
+            _clean(target, staging[1], made)  # type: ignore[index]
+        raise
 
 
-def _files(source: Any, filesystem: Any) -> list[tuple[Any, str, str]]:
-    """The Parquet files of ``source``: (filesystem, path on it, the name the caller gave)."""
-    from pyarrow import fs
-
-    given = list(source) if isinstance(source, (list, tuple)) else [source]
-    if not given:
-        raise ValueError("source: expected a file, a folder or a list of them, got an empty list")
-    files: list[tuple[Any, str, str]] = []
-    for item in given:
-        if not isinstance(item, (str, os.PathLike)):
-            raise TypeError(f"source: expected a path or a URI (str or os.PathLike), got "
-                            f"{type(item).__name__}")
-        shown = os.fspath(item)
-        where, path = _resolve(shown, filesystem)
-        info = where.get_file_info(path)
-        if info.type == fs.FileType.NotFound:
-            raise FileNotFoundError(f"{shown}: no such file or folder")
-        if info.type == fs.FileType.Directory:
-            found = sorted(f.path for f in where.get_file_info(fs.FileSelector(
-                path, recursive=True)) if f.type == fs.FileType.File and not _hidden(path, f.path))
-            if not found:
-                raise FileNotFoundError(f"{shown}: a folder without a file to read")
-            files += [(where, f, f) for f in found]
-        else:
-            files.append((where, path, shown))
-    return files
-
-
-def _resolve(shown: str, filesystem: Any) -> tuple[Any, str]:
-    from pyarrow import fs
-
-    if filesystem is not None:
-        return filesystem, shown
-    if "://" in shown:
-        return fs.FileSystem.from_uri(shown)
-    return fs.LocalFileSystem(), os.path.abspath(shown)
-
-
-def _hidden(root: str, path: str) -> bool:
-    """A name under ``root`` starting with ``.`` or ``_`` (``_SUCCESS``, ``.part.crc``)."""
-    rest = path[len(root):].strip("/").split("/")
-    return any(name.startswith((".", "_")) for name in rest)
-
-
-def _parts(files: list[tuple[Any, str, str]], prepared: Any, column: str,
-           figures_column: str | None, rows_per_task: int) -> list[_Part]:
-    """The files' row groups in parts of about ``rows_per_task`` rows, every file's schema
-    checked as ``reduce_table`` checks a table (on no row)."""
+def _parts(files: list[ParquetFile], prepared: Any, column: str, figures_column: str | None,
+           rows_per_task: int, partitioned: bool) -> list[_Part]:
+    """The files' row groups in parts of about ``rows_per_task`` rows (a file without a row
+    group one empty part), every file's schema checked as ``reduce_table`` checks a table (on
+    no row) and against the first file's."""
     import pyarrow.parquet as pq
 
     parts: list[_Part] = []
-    for where, path, shown in files:
+    first: tuple[Any, str] | None = None
+    for f in files:
         try:
-            with where.open_input_file(path) as handle:
+            with f.filesystem.open_input_file(f.path) as handle:
                 meta = pq.ParquetFile(handle).metadata
                 schema = meta.schema.to_arrow_schema()
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
-            raise type(exc)(f"{shown}: not a Parquet file that can be read ({exc})") from None
+            raise type(exc)(f"{f.shown}: not a Parquet file that can be read ({exc})") from None
+        if partitioned:
+            schema = _with_partitions(schema.empty_table(), f.partitions).schema
         try:
             reduce_table(schema.empty_table(), prepared, column=column)
         except ContextPlanError as exc:
-            raise ContextPlanError([Issue(i.path, f"{i.message} (file {shown})", i.code)
+            raise ContextPlanError([Issue(i.path, f"{i.message} (file {f.shown})", i.code)
                                     for i in exc.issues]) from None
-        if figures_column is not None and figures_column in schema.names:
+        if figures_column is not None and figures_column.lower() in (
+                n.lower() for n in schema.names):
             raise ContextPlanError([Issue(figures_column, (
-                f"{shown} already has a column {figures_column!r}: the output would have two "
-                "(name another figures_column, or None)"), "column-exists")])
-        groups: list[int] = []
-        first = row = 0
-        for k in range(meta.num_row_groups):
-            groups.append(k)
-            row += meta.row_group(k).num_rows
-            if row - first >= rows_per_task or k == meta.num_row_groups - 1:
-                parts.append(_Part(len(parts), where, path, tuple(groups), first, row - first))
-                groups, first = [], row
+                f"{f.shown} already has a column {figures_column!r} (names compared without "
+                "case, as Spark and DuckDB compare them): the output would have two (name "
+                "another figures_column, or None)"), "column-exists")])
+        if first is None:
+            first = (schema, f.shown)
+        elif not schema.equals(first[0], check_metadata=False):
+            raise ValueError(f"{f.shown}: its columns differ from those of {first[1]} "
+                             f"({_difference(first[0], schema)}): one run reads files of one "
+                             "schema")
+        _cut(parts, f, meta, rows_per_task)
     return parts
 
 
-def _output(output: Any, filesystem: Any) -> tuple[Any, str]:
-    """The output folder, made if missing; one that holds anything is refused."""
-    from pyarrow import fs
-
-    if not isinstance(output, (str, os.PathLike)):
-        raise TypeError(f"output: expected a folder's path or URI (str or os.PathLike) or None, "
-                        f"got {type(output).__name__}")
-    shown = os.fspath(output)
-    where, path = _resolve(shown, filesystem)
-    info = where.get_file_info(path)
-    if info.type == fs.FileType.Directory:
-        if where.get_file_info(fs.FileSelector(path)):
-            raise FileExistsError(f"{shown}: the output folder holds files already (give a "
-                                  "missing or empty folder: nothing is overwritten)")
-    elif info.type != fs.FileType.NotFound:
-        raise FileExistsError(f"{shown}: expected a folder for the output, found a file")
-    where.create_dir(path, recursive=True)
-    return where, path
+def _cut(parts: list[_Part], f: ParquetFile, meta: Any, rows_per_task: int) -> None:
+    """``f``'s row groups appended to ``parts``, in parts of at least ``rows_per_task`` rows
+    (the last of a file may hold fewer)."""
+    groups: list[int] = []
+    first = row = 0
+    for k in range(meta.num_row_groups):
+        groups.append(k)
+        row += meta.row_group(k).num_rows
+        if row - first >= rows_per_task or k == meta.num_row_groups - 1:
+            parts.append(_Part(len(parts), f, tuple(groups), first, row - first))
+            groups, first = [], row
+    if not meta.num_row_groups:  # its schema, and no row
+        parts.append(_Part(len(parts), f, (), 0, 0))
 
 
-@dataclass(frozen=True)
-class _Task:
-    """What every task of one run shares: the run's key, the policy (an object reference), the
-    options of :class:`ReduceBatches` and the output folder (or ``None``)."""
+def _difference(a: Any, b: Any) -> str:
+    """What differs between two schemas, said shortly."""
+    left = {field.name: field.type for field in a}
+    right = {field.name: field.type for field in b}
+    said = [f"{n}: {left[n]} against {right[n]}" for n in left if n in right and
+            left[n] != right[n]]
+    said += [f"{n} missing" for n in left if n not in right]
+    said += [f"{n} added" for n in right if n not in left]
+    return "; ".join(said[:3]) or "the order of the columns"
 
-    key: str
-    policy: Any
-    options: dict[str, Any]
-    output: tuple[Any, str] | None
+
+def _with_partitions(table: Any, partitions: tuple[tuple[str, str], ...]) -> Any:
+    """``table`` with a string column for each partition it has no column of."""
+    import pyarrow as pa
+
+    for name, value in partitions:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
+    return table
 
 
-def _run_part(task: _Task, part: _Part) -> tuple[Any, Any]:
-    """One part read, reduced and written (or given back): (the table or ``None``, the path
-    written or the rows reduced)."""
+def _warn_unplaceable(ray: Any, num_cpus: float) -> None:
+    cpus = ray.cluster_resources().get("CPU", 0)
+    if num_cpus > cpus:
+        warnings.warn(f"num_cpus={num_cpus}: the cluster has {cpus:g} CPUs; no task starts "
+                      "until a node that large joins it", RuntimeWarning, stacklevel=3)
+
+
+def _run_part(task: _Task, part: _Part) -> tuple[Any, int]:
+    """One part read, reduced and written (or given back): (the table or ``None``, its
+    rows)."""
     import pyarrow.parquet as pq
     import ray
 
     def build() -> ReduceBatches:
         options = dict(task.options)
-        policy = ray.get(task.policy)
         if options["make_counter"] is None and options["make_handlers"] is None:
-            options.pop("make_counter")
-            options.pop("make_handlers")
-        return ReduceBatches(policy, **options)
+            del options["make_counter"], options["make_handlers"]
+        return ReduceBatches(ray.get(task.policy), **options)
 
     run = built_once(task.key, build)
-    with part.filesystem.open_input_file(part.path) as handle:
-        table = pq.ParquetFile(handle).read_row_groups(list(part.row_groups), use_threads=False)
+    f = part.file
+    with f.filesystem.open_input_file(f.path) as handle:
+        parquet = pq.ParquetFile(handle)
+        table = parquet.read_row_groups(list(part.row_groups), use_threads=False) if (
+            part.row_groups) else parquet.schema_arrow.empty_table()
+    if task.staging is None:
+        table = _with_partitions(table, f.partitions)
     try:
         out = run(table)
     except ContextPlanError as exc:
         shifted = shift_rows(exc, run.column, part.first_row) if part.first_row else exc
-        raise ContextPlanError([Issue(i.path, f"{i.message} (file {part.path})", i.code)
+        raise ContextPlanError([Issue(i.path, f"{i.message} (file {f.shown})", i.code)
                                 for i in shifted.issues]) from None
-    if task.output is None:
+    if task.staging is None:
         return out, table.num_rows
-    where, folder = task.output
-    name = f"{folder.rstrip('/')}/part-{part.index:05d}.parquet"
-    pq.write_table(out, name, filesystem=where)
-    return None, name
+    where, folder = task.staging
+    if f.folder:
+        where.create_dir(f"{folder}/{f.folder}", recursive=True)
+    pq.write_table(out, f"{folder}/{part.name}", filesystem=where)
+    return None, table.num_rows
 
 
-def _wait(ray: Any, refs: Sequence[Any], rows: Mapping[Any, int], progress: bool | None) -> None:
+def _wait(ray: Any, refs: Sequence[Any], parts: Sequence[_Part], progress: bool | None) -> None:
     """Every task waited for (the small second result of each), drawn as a progress bar of
-    rows; the first task that failed raises its own error (not Ray's wrapper), and the others
-    are cancelled."""
+    rows; the first task that failed raises its own error (not Ray's wrapper)."""
     draw = sys.stderr.isatty() if progress is None else bool(progress)
-    pending = list(refs)
+    rows = {ref[1]: part.rows for ref, part in zip(refs, parts, strict=True)}
+    tables = {ref[1]: ref[0] for ref in refs}
+    pending = list(rows)
     with _Bar(draw, sum(rows.values())) as advance:
         while pending:
-            done, pending = ray.wait(pending, num_returns=1)
+            done, pending = ray.wait(pending, num_returns=len(pending), timeout=0.25,
+                                     fetch_local=False)
+            for ref in done:
+                try:
+                    ray.get(ref)
+                except ray.exceptions.RayTaskError as exc:
+                    _discard(ray, tables[ref])
+                    cause = exc.cause
+                    if isinstance(cause, (ContextPlanError, ContextPolicyError, OSError)):
+                        raise cause from None
+                    raise
+                advance(rows[ref])
+
+
+def _stop(ray: Any, refs: Sequence[Any]) -> None:
+    """The run's tasks cancelled and waited for (a while), their errors taken so that Ray does
+    not print them as unhandled."""
+    for ref in refs:
+        ray.cancel(ref[1])
+    small = [ref[1] for ref in refs]
+    done, _ = ray.wait(small, num_returns=len(small), timeout=_STOP_WAIT, fetch_local=False)
+    ready = set(done)
+    for ref in refs:
+        if ref[1] in ready:
             try:
-                ray.get(done)
-            except ray.exceptions.RayTaskError as exc:
-                for ref in pending:
-                    ray.cancel(ref)
-                cause = exc.cause
-                if isinstance(cause, (ContextPlanError, ContextPolicyError, OSError)):
-                    raise cause from None
-                raise
-            advance(rows[done[0]])
+                ray.get(ref[1])
+            except Exception:  # a cancelled or failed task: its error is taken
+                _discard(ray, ref[0])
+
+
+def _discard(ray: Any, ref: Any) -> None:
+    try:
+        ray.get(ref)
+    except Exception:  # the other result of a task whose error is raised
+        pass
+
+
+def _missing(where: Any, path: str) -> bool:
+    from pyarrow import fs
+
+    return bool(where.get_file_info(path).type == fs.FileType.NotFound)
+
+
+def _publish(target: tuple[Any, str, str], staging: str, parts: Sequence[_Part]) -> list[str]:
+    """The parts moved from ``staging`` into the output folder, in order; the names written."""
+    where, folder, scheme = target
+    folder = folder.rstrip("/")
+    written: list[str] = []
+    try:
+        for part in parts:
+            name = f"{folder}/{part.name}"
+            if not _missing(where, name):  # another run wrote into the folder meanwhile
+                raise FileExistsError(f"{scheme}{name}: written meanwhile by something else; "
+                                      "nothing of this run is kept")
+            if part.file.folder:
+                where.create_dir(f"{folder}/{part.file.folder}", recursive=True)
+            where.move(f"{staging}/{part.name}", name)
+            written.append(name)
+    except BaseException:
+        for name in written:
+            where.delete_file(name)
+        raise
+    where.delete_dir(staging)
+    return [scheme + name for name in written]
+
+
+def _clean(target: tuple[Any, str, str], staging: str, made: bool) -> None:
+    """What a failed run wrote removed: its hidden folder, the parts it had moved, and the
+    output folder if the run made it and it is empty."""
+    from pyarrow import fs
+
+    where, folder, _ = target
+    try:
+        where.delete_dir(staging)
+    except OSError:
+        pass
+    if made:
+        try:
+            if not where.get_file_info(fs.FileSelector(folder, recursive=True)):
+                where.delete_dir(folder)
+        except OSError:
+            pass
 
 
 class _Bar:

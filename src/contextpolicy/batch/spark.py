@@ -29,7 +29,7 @@ from typing import Any
 
 from ..errors import ContextPlanError, ContextPolicyError, Issue
 from .frames import missing_column
-from .mapped import ReduceBatches, ReduceLines, built_once, checked_policy, line_figures_type
+from .mapped import ReduceBatches, ReduceLines, built_once, driver_policy, line_figures_type
 from .table import figures_schema, shift_rows
 
 __all__ = ["reduce_dataframe", "reduce_jsonl"]
@@ -59,7 +59,7 @@ def reduce_dataframe(df: Any, policy: Any, *, column: str = "messages",
     if figures_column is not None and (type(figures_column) is not str or not figures_column):
         raise TypeError(f"figures_column: expected a column name (a non-empty str) or None, "
                         f"got {figures_column!r}")
-    prepared = checked_policy(policy, make_counter, make_handlers)
+    prepared = driver_policy(policy, make_counter, make_handlers)
     _require_messages(df.schema, column)
     new: list[tuple[str, Any, bool]] = []
     if figures_column is not None:
@@ -84,7 +84,7 @@ def reduce_jsonl(df: Any, policy: Any, *, column: str = "value") -> Any:
     from pyspark.sql.types import StringType
 
     _require_dataframe(df)
-    prepared = checked_policy(policy, None, None)
+    prepared = driver_policy(policy, None, None)
     if prepared.handlers or prepared.counter is not None:
         raise ContextPolicyError([Issue(
             "handlers" if prepared.handlers else "counter", "reduce_jsonl reduces lines by the "
