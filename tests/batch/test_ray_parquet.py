@@ -120,11 +120,17 @@ def test_a_partition_folder_is_a_column_of_the_dataset(cluster, tmp_path):
         (source / f"day={quote(day)}" / "kind=chat").mkdir(parents=True)
         pq.write_table(chats_table(40, seed), source / f"day={quote(day)}" / "kind=chat" /
                        "x.parquet")
-    ds = reduce_parquet(source, POLICY)
+    (source / "day=__HIVE_DEFAULT_PARTITION__").mkdir()
+    pq.write_table(chats_table(5, 58), source / "day=__HIVE_DEFAULT_PARTITION__" / "y.parquet")
+    pq.write_table(chats_table(10, 59), source / "z.parquet")  # beside the partitions
+    # a file of the folder named first keeps its folder's partitions
+    first = source / "day=2024-01-01" / "kind=chat" / "x.parquet"
+    ds = reduce_parquet([first, source], POLICY)
     got = pa.concat_tables(cluster.get(ds.to_arrow_refs()))
     assert got.column_names == ["id", "messages", "day", "kind", "figures"]
-    assert got.column("day").to_pylist() == ["2024 01 02"] * 40 + ["2024-01-01"] * 40
-    assert set(got.column("kind").to_pylist()) == {"chat"}
+    assert got.column("day").to_pylist() == \
+        ["2024-01-01"] * 40 + ["2024 01 02"] * 40 + [None] * 15
+    assert got.column("kind").to_pylist() == ["chat"] * 80 + [None] * 15
 
 
 def test_a_list_of_files_keeps_its_order_and_no_figures_adds_no_column(cluster, tmp_path):
@@ -201,6 +207,8 @@ def test_a_bad_row_is_named_by_its_file_and_its_row_in_the_file(cluster, tmp_pat
     ("schemas-differ", ValueError, r"columns differ from those of .*id: int64 against int32"),
     ("output-inside-source", ValueError, "inside a source folder"),
     ("relative-subtree", ValueError, "SubTreeFileSystem of a relative folder"),
+    ("output-inside-source-link", ValueError, "inside a source folder"),
+    ("figures-partition", ContextPlanError, "a partition folder is named figures="),
     ("not-a-filesystem", TypeError, "expected a pyarrow.fs.FileSystem"),
 ])
 def test_what_can_be_checked_fails_on_the_driver_before_any_task(tmp_path, setup, kind, match):
@@ -256,6 +264,14 @@ def test_what_can_be_checked_fails_on_the_driver_before_any_task(tmp_path, setup
     elif setup == "output-inside-source":
         options["output"] = tmp_path / "reduced"  # tmp_path holds good.parquet
         source = tmp_path
+    elif setup == "output-inside-source-link":
+        (tmp_path.parent / (tmp_path.name + "-link")).symlink_to(tmp_path)
+        options["output"] = tmp_path.parent / (tmp_path.name + "-link") / "reduced"
+        source = tmp_path
+    elif setup == "figures-partition":
+        (tmp_path / "figures=1").mkdir()
+        pq.write_table(chats_table(3, 37), tmp_path / "figures=1" / "x.parquet")
+        source, options["output"] = tmp_path / "figures=1" / "..", tmp_path.parent / "o"
     elif setup == "relative-subtree":
         from pyarrow import fs
 
@@ -296,9 +312,10 @@ def test_a_uri_keeps_its_scheme_in_names_and_errors(cluster, tmp_path):
     rows = synthetic.corpus("chats", 30, 53)
     pq.write_table(pa.table({"messages": rows}), tmp_path / "in.parquet")
     uri = (tmp_path / "in.parquet").as_uri()
-    written = reduce_parquet(uri, POLICY, output=(tmp_path / "out").as_uri())
-    assert written == [(tmp_path / "out" / "part-00000.parquet").as_uri()]
-    assert pq.read_table(written[0]).num_rows == 30
+    written = reduce_parquet(uri, POLICY, output=(tmp_path / "out dir%").as_uri())
+    assert written == [(tmp_path / "out dir%" / "part-00000.parquet").as_uri()]
+    assert "out%20dir%25" in written[0]
+    assert pq.read_table(written[0]).num_rows == 30  # a URI pyarrow reads
     rows[3] = [{"role": None, "content": "who?"}]
     pq.write_table(pa.table({"messages": rows}), tmp_path / "bad.parquet")
     with pytest.raises(ContextPlanError, match=f"file {(tmp_path / 'bad.parquet').as_uri()}"):
@@ -366,15 +383,36 @@ def test_a_part_written_meanwhile_by_another_is_kept_and_the_run_writes_nothing(
             intruder.write_bytes(b"another run's")
 
     monkeypatch.setattr(ray_parquet, "_Bar", _Interrupting(write_meanwhile))
-    with pytest.raises(FileExistsError, match="written meanwhile by something else"):
+    with pytest.raises(FileExistsError, match="wrote into the output folder meanwhile "
+                       r"\(part-00002.parquet\)"):
         reduce_parquet(tmp_path / "in.parquet", POLICY, output=tmp_path / "out",
                        rows_per_task=100)
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["part-00002.parquet"]
     assert intruder.read_bytes() == b"another run's"
 
 
+def test_another_run_into_the_same_output_in_other_folders_fails_one(cluster, tmp_path,
+                                                                     monkeypatch):
+    from contextpolicy.batch import ray_parquet
+
+    (tmp_path / "in" / "day=1").mkdir(parents=True)
+    pq.write_table(chats_table(100, 57), tmp_path / "in" / "day=1" / "a.parquet")
+    other = tmp_path / "out" / "day=3" / "part-00000.parquet"  # no name of this run's
+
+    def another_run():
+        if not other.exists():
+            other.parent.mkdir()
+            other.write_bytes(b"another run's")
+
+    monkeypatch.setattr(ray_parquet, "_Bar", _Interrupting(another_run))
+    with pytest.raises(FileExistsError, match="wrote into the output folder meanwhile"):
+        reduce_parquet(tmp_path / "in", POLICY, output=tmp_path / "out")
+    assert sorted(str(p.relative_to(tmp_path / "out")) for p in (tmp_path / "out").rglob("*")) \
+        == ["day=3", "day=3/part-00000.parquet"]
+
+
 def test_more_cpus_a_task_than_the_cluster_has_is_said(cluster):
     from contextpolicy.batch.ray_parquet import _warn_unplaceable
 
-    with pytest.warns(RuntimeWarning, match="the cluster has 2 CPUs"):
+    with pytest.warns(RuntimeWarning, match="the largest node of the cluster has 2 CPUs"):
         _warn_unplaceable(cluster, 3)

@@ -21,6 +21,7 @@ task is done; a run that fails or is interrupted cancels its tasks and leaves no
 
 from __future__ import annotations
 
+import os
 import sys
 import uuid
 import warnings
@@ -30,7 +31,7 @@ from typing import Any
 
 from ..errors import ContextPlanError, ContextPolicyError, Issue
 from .mapped import ReduceBatches, built_once, driver_policy
-from .parquet_files import ParquetFile, files_of, output_folder
+from .parquet_files import Location, ParquetFile, files_of, output_folder
 from .table import reduce_table, shift_rows
 
 __all__ = ["reduce_parquet"]
@@ -60,12 +61,13 @@ class _Part:
 class _Task:
     """What every task of one run shares: the run's key, the policy (an object reference), the
     options of :class:`ReduceBatches`, the folder the parts are written to (or ``None``: they
-    are given back, with their files' partitions as columns)."""
+    are given back, with a column for each partition key of ``keys``)."""
 
     key: str
     policy: Any
     options: dict[str, Any]
     staging: tuple[Any, str] | None
+    keys: tuple[str, ...] = ()
 
 
 def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str = "messages",
@@ -114,40 +116,59 @@ def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str 
     prepared = driver_policy(policy, make_counter, make_handlers)
     files, folders = files_of(source, filesystem)
     target = None if output is None else output_folder(output, filesystem, folders)
-    parts = _parts(files, prepared, column, figures_column, rows_per_task, target is None)
+    keys = _keys(files, figures_column)
+    parts = _parts(files, prepared, column, figures_column, rows_per_task,
+                   keys if target is None else ())
+    if not ray.is_initialized():
+        ray.init()  # as a task or Ray Data would start it
     _warn_unplaceable(ray, num_cpus)
     key = uuid.uuid4().hex
-    staging = None
-    if target is not None:
-        staging = (target[0], f"{target[1].rstrip('/')}/.contextpolicy-{key}")
+    staging = "" if target is None else f"{target.path.rstrip('/')}/.contextpolicy-{key}"
     factories = make_counter is not None or make_handlers is not None
     task = _Task(key, ray.put(policy if factories else prepared), {
         "column": column, "figures_column": figures_column, "make_counter": make_counter,
-        "make_handlers": make_handlers}, staging)
+        "make_handlers": make_handlers}, None if target is None else (
+            target.filesystem, staging), keys if target is None else ())
     remote = ray.remote(_run_part).options(num_cpus=num_cpus, num_returns=2, **options)
     refs: list[Any] = []
     made = False
     try:
-        if staging is not None:
-            made = _missing(*target[:2])  # type: ignore[index]
-            staging[0].create_dir(staging[1], recursive=True)
-        refs = [remote.remote(task, part) for part in parts]
+        if target is not None:
+            made = _missing(target.filesystem, target.path)
+            target.filesystem.create_dir(staging, recursive=True)
+            _claimed(target, staging)
+        for part in parts:  # each kept as it goes: an interrupt here cancels those sent
+            refs.append(remote.remote(task, part))
         _wait(ray, refs, parts, progress)
         if target is None:
             return ray.data.from_arrow_refs([ref[0] for ref in refs])
-        return _publish(target, staging[1], parts)  # type: ignore[index]
+        _claimed(target, staging)
+        return _publish(target, staging, parts)
     except BaseException:
         _stop(ray, refs)
         if target is not None:
-            _clean(target, staging[1], made)  # type: ignore[index]
+            _clean(target, staging, made)
         raise
 
 
+def _keys(files: list[ParquetFile], figures_column: str | None) -> tuple[str, ...]:
+    """The partition keys of the files' folders, in the order first met; one that is the
+    figures column's name (without case) is refused."""
+    keys = tuple(dict.fromkeys(k for f in files for k, _ in f.partitions))
+    for k in keys:
+        if figures_column is not None and k.lower() == figures_column.lower():
+            raise ContextPlanError([Issue(figures_column, (
+                f"a partition folder is named {k}=...: the output would have two columns "
+                f"{figures_column!r} (name another figures_column, or None)"), "column-exists")])
+    return keys
+
+
 def _parts(files: list[ParquetFile], prepared: Any, column: str, figures_column: str | None,
-           rows_per_task: int, partitioned: bool) -> list[_Part]:
+           rows_per_task: int, keys: tuple[str, ...]) -> list[_Part]:
     """The files' row groups in parts of about ``rows_per_task`` rows (a file without a row
     group one empty part), every file's schema checked as ``reduce_table`` checks a table (on
-    no row) and against the first file's."""
+    no row) and against the first file's; the partition ``keys`` to add as columns must be
+    none of the files'."""
     import pyarrow.parquet as pq
 
     parts: list[_Part] = []
@@ -159,8 +180,11 @@ def _parts(files: list[ParquetFile], prepared: Any, column: str, figures_column:
                 schema = meta.schema.to_arrow_schema()
         except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
             raise type(exc)(f"{f.shown}: not a Parquet file that can be read ({exc})") from None
-        if partitioned:
-            schema = _with_partitions(schema.empty_table(), f.partitions).schema
+        clash = [k for k in keys if k in schema.names]
+        if clash:
+            raise ValueError(f"{f.shown}: has a column {clash[0]!r} that is also a partition "
+                             f"folder's key ({clash[0]}=...): give the output folder, where "
+                             "partitions stay folders, or rename one")
         try:
             reduce_table(schema.empty_table(), prepared, column=column)
         except ContextPlanError as exc:
@@ -205,24 +229,34 @@ def _difference(a: Any, b: Any) -> str:
             left[n] != right[n]]
     said += [f"{n} missing" for n in left if n not in right]
     said += [f"{n} added" for n in right if n not in left]
+    nulls = {field.name: field.nullable for field in b}
+    said += [f"{field.name} {'nullable' if field.nullable else 'not nullable'} against "
+             f"{'nullable' if nulls[field.name] else 'not nullable'}" for field in a
+             if field.name in nulls and field.nullable != nulls[field.name]]
     return "; ".join(said[:3]) or "the order of the columns"
 
 
-def _with_partitions(table: Any, partitions: tuple[tuple[str, str], ...]) -> Any:
-    """``table`` with a string column for each partition it has no column of."""
+def _with_partitions(table: Any, partitions: tuple[tuple[str, str | None], ...],
+                     keys: tuple[str, ...]) -> Any:
+    """``table`` with a string column for each partition key of ``keys``: its value in
+    ``partitions``, null where the file's folders have none."""
     import pyarrow as pa
 
-    for name, value in partitions:
-        if name not in table.column_names:
-            table = table.append_column(name, pa.array([value] * table.num_rows, pa.string()))
+    values = dict(partitions)
+    for name in keys:
+        table = table.append_column(name, pa.array([values.get(name)] * table.num_rows,
+                                                   pa.string()))
     return table
 
 
 def _warn_unplaceable(ray: Any, num_cpus: float) -> None:
-    cpus = ray.cluster_resources().get("CPU", 0)
-    if num_cpus > cpus:
-        warnings.warn(f"num_cpus={num_cpus}: the cluster has {cpus:g} CPUs; no task starts "
-                      "until a node that large joins it", RuntimeWarning, stacklevel=3)
+    """A warning when no node of the cluster has ``num_cpus`` CPUs (the tasks would wait)."""
+    nodes = [n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")]
+    largest = max(nodes, default=0)
+    if num_cpus > largest:
+        warnings.warn(f"num_cpus={num_cpus}: the largest node of the cluster has {largest:g} "
+                      "CPUs; no task starts until a node that large joins it", RuntimeWarning,
+                      stacklevel=3)
 
 
 def _run_part(task: _Task, part: _Part) -> tuple[Any, int]:
@@ -244,7 +278,7 @@ def _run_part(task: _Task, part: _Part) -> tuple[Any, int]:
         table = parquet.read_row_groups(list(part.row_groups), use_threads=False) if (
             part.row_groups) else parquet.schema_arrow.empty_table()
     if task.staging is None:
-        table = _with_partitions(table, f.partitions)
+        table = _with_partitions(table, f.partitions, task.keys)
     try:
         out = run(table)
     except ContextPlanError as exc:
@@ -312,43 +346,73 @@ def _missing(where: Any, path: str) -> bool:
     return bool(where.get_file_info(path).type == fs.FileType.NotFound)
 
 
-def _publish(target: tuple[Any, str, str], staging: str, parts: Sequence[_Part]) -> list[str]:
-    """The parts moved from ``staging`` into the output folder, in order; the names written."""
-    where, folder, scheme = target
-    folder = folder.rstrip("/")
-    written: list[str] = []
+def _claimed(target: Location, staging: str) -> None:
+    """The output folder holds this run's hidden folder and nothing else (another run, or
+    anyone, writing into it meanwhile is an error, not a mix of two runs' files)."""
+    from pyarrow import fs
+
+    held = [f.path for f in target.filesystem.get_file_info(fs.FileSelector(target.path))]
+    others = [p for p in held if p.rstrip("/") != staging.rstrip("/")]
+    if others:
+        raise FileExistsError(f"{target.given}: something else wrote into the output folder "
+                              f"meanwhile ({others[0].rsplit('/', 1)[-1]}); nothing of this "
+                              "run is kept")
+
+
+def _publish(target: Location, staging: str, parts: Sequence[_Part]) -> list[str]:
+    """The parts moved from ``staging`` into the output folder, in order; the names written.
+    If a move fails, the parts moved and the folders made are taken back."""
+    where, folder = target.filesystem, target.path.rstrip("/")
+    moved: list[str] = []
+    made: list[str] = []
     try:
         for part in parts:
             name = f"{folder}/{part.name}"
-            if not _missing(where, name):  # another run wrote into the folder meanwhile
-                raise FileExistsError(f"{scheme}{name}: written meanwhile by something else; "
-                                      "nothing of this run is kept")
+            if not _missing(where, name):
+                raise FileExistsError(f"{target.name(part.name)}: written meanwhile by "
+                                      "something else; nothing of this run is kept")
             if part.file.folder:
-                where.create_dir(f"{folder}/{part.file.folder}", recursive=True)
+                below = folder
+                for step in part.file.folder.split("/"):
+                    below = f"{below}/{step}"
+                    if _missing(where, below):
+                        where.create_dir(below, recursive=False)
+                        made.append(below)
             where.move(f"{staging}/{part.name}", name)
-            written.append(name)
+            moved.append(name)
     except BaseException:
-        for name in written:
+        for name in moved:
             where.delete_file(name)
+        for below in reversed(made):
+            _remove_empty(where, below)
         raise
-    where.delete_dir(staging)
-    return [scheme + name for name in written]
-
-
-def _clean(target: tuple[Any, str, str], staging: str, made: bool) -> None:
-    """What a failed run wrote removed: its hidden folder, the parts it had moved, and the
-    output folder if the run made it and it is empty."""
-    from pyarrow import fs
-
-    where, folder, _ = target
     try:
         where.delete_dir(staging)
+    except OSError as exc:  # every part is in place: the run is done
+        warnings.warn(f"{target.name(staging.rsplit('/', 1)[-1])}: this run's hidden folder "
+                      f"could not be removed ({exc}); remove it", RuntimeWarning, stacklevel=3)
+    return [target.name(part.name) for part in parts]
+
+
+def _clean(target: Location, staging: str, made: bool) -> None:
+    """What a failed run wrote removed: its hidden folder (its own), and the output folder if
+    the run made it and it is still empty."""
+    try:
+        target.filesystem.delete_dir(staging)
     except OSError:
         pass
     if made:
+        _remove_empty(target.filesystem, target.path)
+
+
+def _remove_empty(where: Any, folder: str) -> None:
+    """``folder`` removed if it is empty: on a local disk by ``rmdir``, which removes nothing
+    else whatever appears meanwhile; elsewhere left (an object store's folder is no object)."""
+    from pyarrow import fs
+
+    if isinstance(where, fs.LocalFileSystem):
         try:
-            if not where.get_file_info(fs.FileSelector(folder, recursive=True)):
-                where.delete_dir(folder)
+            os.rmdir(folder)
         except OSError:
             pass
 
