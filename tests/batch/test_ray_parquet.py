@@ -146,14 +146,14 @@ def test_a_list_of_files_keeps_its_order_and_no_figures_adds_no_column(cluster, 
     assert got.column("messages").to_pylist() == expected.table.column("messages").to_pylist()
 
 
-def test_a_counter_is_built_once_per_worker_and_counts(cluster, tmp_path):
+def test_a_counter_is_built_once_per_worker_and_counts(cluster, tmp_path, workers_env):
     policy = {"mode": "reduce", "triggerTokens": 300, "targetInputTokens": 200, "steps": [
         {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 1000,
          "keepGroups": 1}]}
     table = chats_table(400, 34)
     pq.write_table(table, tmp_path / "in.parquet", row_group_size=100)
     ds = reduce_parquet(tmp_path / "in.parquet", policy, rows_per_task=100,
-                        make_counter=_words)
+                        make_counter=_words, runtime_env=workers_env["runtime_env"])
     got = pa.concat_tables(cluster.get(ds.to_arrow_refs()))
     expected = reduce_table(table, policy, counter=_words())
     assert got.column("figures").to_pylist() == expected.figures.to_pylist()
@@ -164,13 +164,14 @@ def _words() -> Any:
     return lambda text: len(text.split())
 
 
-def test_a_bad_row_is_named_by_its_file_and_its_row_in_the_file(cluster, tmp_path, caplog):
+def test_a_bad_row_is_named_by_its_file_and_its_row_in_the_file(cluster, tmp_path, caplog,
+                                                                 workers_env):
     rows = synthetic.corpus("chats", 600, 35)
     rows[437] = [{"role": "user", "content": "ok"}, {"role": None, "content": "who?"}]
     pq.write_table(pa.table({"messages": rows}), tmp_path / "in.parquet", row_group_size=100)
     with pytest.raises(ContextPlanError) as info:
         reduce_parquet(tmp_path / "in.parquet", POLICY, output=tmp_path / "out",
-                       rows_per_task=100)
+                       rows_per_task=100, runtime_env=workers_env["runtime_env"])
     assert type(info.value) is ContextPlanError  # the task's own error, not Ray's wrapper
     [issue] = info.value.issues
     assert issue.path.startswith("messages[437]")
@@ -211,6 +212,7 @@ def test_a_bad_row_is_named_by_its_file_and_its_row_in_the_file(cluster, tmp_pat
     ("figures-partition", ContextPlanError, "a partition folder is named figures="),
     ("not-a-filesystem", TypeError, "expected a pyarrow.fs.FileSystem"),
 ])
+@pytest.mark.usefixtures("pipeline_kernel")  # the driver's checks on each kernel
 def test_what_can_be_checked_fails_on_the_driver_before_any_task(tmp_path, setup, kind, match):
     # no cluster: every one of these fails before Ray is asked for anything
     good = tmp_path / "good.parquet"
