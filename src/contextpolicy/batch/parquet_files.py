@@ -18,7 +18,9 @@ from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import quote, unquote
 
-__all__ = ["HIVE_NULL", "Location", "ParquetFile", "files_of", "output_folder"]
+__all__ = ["HIVE_NULL", "Location", "ParquetFile", "files_of", "footers", "output_folder"]
+
+_READERS = 16  # footers read at once (an object store answers each in tens of milliseconds)
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"  # a partition folder's null value (as pyarrow reads it)
 
@@ -174,3 +176,24 @@ def _in_folder(root: Location, path: str) -> ParquetFile | None:
                        if k)
     return ParquetFile(root.filesystem, path, root.name("/".join(names)), "/".join(folders),
                        partitions)
+
+
+def footers(files: list[ParquetFile]) -> list[Any]:
+    """Each file's Parquet metadata, in order, read by up to 16 threads at once; the first
+    file in order that cannot be read raises, naming it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    if len(files) <= 1:
+        return [_footer(f) for f in files]
+    with ThreadPoolExecutor(min(_READERS, len(files))) as pool:
+        return list(pool.map(_footer, files))
+
+
+def _footer(f: ParquetFile) -> Any:
+    import pyarrow.parquet as pq
+
+    try:
+        with f.filesystem.open_input_file(f.path) as handle:
+            return pq.ParquetFile(handle).metadata
+    except (OSError, ValueError) as exc:  # pyarrow's ArrowInvalid is a ValueError
+        raise type(exc)(f"{f.shown}: not a Parquet file that can be read ({exc})") from None
