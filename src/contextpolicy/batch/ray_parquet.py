@@ -178,7 +178,8 @@ def _parts(files: list[ParquetFile], prepared: Any, column: str, figures_column:
             raise ValueError(f"{f.shown}: has a column {clash[0]!r} that is also a partition "
                              f"folder's key ({clash[0]}=...): give the output folder, where "
                              "partitions stay folders, or rename one")
-        if first is None or not schema.equals(first[0], check_metadata=False):
+        same = first is not None and schema.equals(first[0], check_metadata=False)
+        if not same:
             try:  # (a file of the first one's schema passes as it did)
                 reduce_table(schema.empty_table(), prepared, column=column)
             except ContextPlanError as exc:
@@ -192,7 +193,7 @@ def _parts(files: list[ParquetFile], prepared: Any, column: str, figures_column:
                 "another figures_column, or None)"), "column-exists")])
         if first is None:
             first = (schema, f.shown)
-        elif not schema.equals(first[0], check_metadata=False):
+        elif not same:
             raise ValueError(f"{f.shown}: its columns differ from those of {first[1]} "
                              f"({_difference(first[0], schema)}): one run reads files of one "
                              "schema")
@@ -259,13 +260,7 @@ def _run_part(task: _Task, part: _Part) -> tuple[Any, int]:
     import pyarrow.parquet as pq
     import ray
 
-    def build() -> ReduceBatches:
-        options = dict(task.options)
-        if options["make_counter"] is None and options["make_handlers"] is None:
-            del options["make_counter"], options["make_handlers"]
-        return ReduceBatches(ray.get(task.policy), **options)
-
-    run = built_once(task.key, build)
+    run = built_once(task.key, lambda: ReduceBatches(ray.get(task.policy), **task.options))
     f = part.file
     with f.filesystem.open_input_file(f.path) as handle:
         parquet = pq.ParquetFile(handle)
@@ -359,19 +354,21 @@ def _publish(target: Location, staging: str, parts: Sequence[_Part]) -> list[str
     where, folder = target.filesystem, target.path.rstrip("/")
     moved: list[str] = []
     made: list[str] = []
+    ready = {folder}  # the folders known to be there (each looked at once)
     try:
         for part in parts:
             name = f"{folder}/{part.name}"
             if not _missing(where, name):
                 raise FileExistsError(f"{target.name(part.name)}: written meanwhile by "
                                       "something else; nothing of this run is kept")
-            if part.file.folder:
-                below = folder
-                for step in part.file.folder.split("/"):
-                    below = f"{below}/{step}"
+            below = folder
+            for step in part.file.folder.split("/") if part.file.folder else ():
+                below = f"{below}/{step}"
+                if below not in ready:
                     if _missing(where, below):
                         where.create_dir(below, recursive=False)
                         made.append(below)
+                    ready.add(below)
             where.move(f"{staging}/{part.name}", name)
             moved.append(name)
     except BaseException:
