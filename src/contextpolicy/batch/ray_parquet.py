@@ -16,7 +16,8 @@ Everything that can be checked is checked on the driver before a task starts: th
 what the factories build), every file's footer, schema and column, the name of the figures
 column and the output folder (missing or empty, not inside a source: nothing is overwritten).
 The tasks write into a hidden folder of the output, whose parts are moved into place once every
-task is done; a run that fails or is interrupted cancels its tasks and leaves no part behind.
+task is done; a run that fails or is interrupted waits for its running tasks and leaves no part
+behind.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ from .table import reduce_table, shift_rows
 
 __all__ = ["reduce_parquet"]
 
-_STOP_WAIT = 30.0  # seconds a failed run waits for its cancelled tasks before cleaning up
+_STOP_WAIT = 30.0  # seconds a failed run waits for its running tasks before cleaning up
 
 
 @dataclass(frozen=True)
@@ -100,7 +101,7 @@ def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str 
     list of messages or a figures column the files already have a
     :class:`~contextpolicy.ContextPlanError` here; a row that is not a transcript stops the
     run with a ``ContextPlanError`` naming the file and the row in it. A run that fails or is
-    interrupted cancels its tasks and writes nothing. A progress bar of rows is drawn on
+    interrupted writes nothing. A progress bar of rows is drawn on
     standard error when it is a terminal (``progress=True`` always, ``False`` never). Further
     keywords are the tasks' Ray options (``runtime_env``, ``memory``,
     ``scheduling_strategy``, ...)."""
@@ -137,7 +138,7 @@ def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str 
             made = _missing(target.filesystem, target.path)
             target.filesystem.create_dir(staging, recursive=True)
             _claimed(target, staging)
-        for part in parts:  # each kept as it goes: an interrupt here cancels those sent
+        for part in parts:  # each kept as it goes: an interrupt here waits for those sent
             refs.append(remote.remote(task, part))
         _wait(ray, refs, parts, progress)
         if target is None:
@@ -145,8 +146,10 @@ def reduce_parquet(source: Any, policy: Any, *, output: Any = None, column: str 
         _claimed(target, staging)
         return _publish(target, staging, parts)
     except BaseException:
+        if target is not None:  # first, so that a task starting now does nothing
+            _clean(target, staging, False)
         _stop(ray, refs)
-        if target is not None:
+        if target is not None:  # and again, after the tasks that were running
             _clean(target, staging, made)
         raise
 
@@ -260,6 +263,8 @@ def _run_part(task: _Task, part: _Part) -> tuple[Any, int]:
     import pyarrow.parquet as pq
     import ray
 
+    if task.staging is not None and _missing(*task.staging):  # the run failed: nothing to do
+        return None, 0
     run = built_once(task.key, lambda: ReduceBatches(ray.get(task.policy), **task.options))
     f = part.file
     with f.filesystem.open_input_file(f.path) as handle:
@@ -307,10 +312,10 @@ def _wait(ray: Any, refs: Sequence[Any], parts: Sequence[_Part], progress: bool 
 
 
 def _stop(ray: Any, refs: Sequence[Any]) -> None:
-    """The run's tasks cancelled and waited for (a while), their errors taken so that Ray does
-    not print them as unhandled."""
-    for ref in refs:
-        ray.cancel(ref[1])
+    """The run's tasks waited for (a while), their errors taken so that Ray does not log them
+    as unhandled. They are not cancelled: ``ray.cancel`` racing a task's completion fails a
+    check in Ray's core worker (2.60) that ends the driver's process; a task that starts after
+    the run failed finds its hidden folder gone and does nothing."""
     small = [ref[1] for ref in refs]
     done, _ = ray.wait(small, num_returns=len(small), timeout=_STOP_WAIT, fetch_local=False)
     ready = set(done)
