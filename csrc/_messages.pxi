@@ -426,14 +426,23 @@ cdef class Measure:
             memcpy(&opaque[0], self._opaque, n * 4)
         return roles_a, chars_a, flags_a, opaque_a
 
-    def tail(self, Py_ssize_t start):
-        """The measure of ``messages[start:]``."""
-        return self._tail(start)
+    def tail(self, Py_ssize_t start, stop=None):
+        """The measure of ``messages[start:stop]`` (``stop``: the end by default)."""
+        cdef Py_ssize_t end = self.messages
+        if stop is not None:
+            end = stop
+            if start < 0 or start > self.messages:
+                raise ValueError(f"start {start} is outside 0..{self.messages}")
+            if end < start or end > self.messages:
+                raise ValueError(f"stop {end} is outside {start}..{self.messages}")
+        return self._tail(start, end)
 
-    cdef Measure _tail(self, Py_ssize_t start):
+    cdef Measure _tail(self, Py_ssize_t start, Py_ssize_t stop=-1):
         if start < 0 or start > self.messages:
             raise ValueError(f"start {start} is outside 0..{self.messages}")
-        cdef Py_ssize_t n = self.messages - start
+        if stop < 0:
+            stop = self.messages
+        cdef Py_ssize_t n = stop - start
         cdef Measure out = Measure.__new__(Measure)
         out._alloc(n)
         if n:

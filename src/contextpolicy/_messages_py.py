@@ -383,12 +383,15 @@ class Measure:
         """(role codes, chars, flags, opaque parts) as numpy arrays (copies)."""
         return tuple(a.copy() for a in self._arrays)  # type: ignore[return-value]
 
-    def tail(self, start: int) -> Measure:
-        """The measure of ``messages[start:]``."""
+    def tail(self, start: int, stop: int | None = None) -> Measure:
+        """The measure of ``messages[start:stop]`` (``stop``: the end by default)."""
         start = c_int(start, "Py_ssize_t")
+        end = self.messages if stop is None else c_int(stop, "Py_ssize_t")
         if start < 0 or start > self.messages:
             raise ValueError(f"start {start} is outside 0..{self.messages}")
-        return Measure._of(tuple(a[start:] for a in self._arrays))  # type: ignore[arg-type]
+        if end < start or end > self.messages:
+            raise ValueError(f"stop {end} is outside {start}..{self.messages}")
+        return Measure._of(tuple(a[start:end] for a in self._arrays))  # type: ignore[arg-type]
 
     def groups(self, grouping: int) -> int:
         """How many groups the messages form."""

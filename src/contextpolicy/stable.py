@@ -26,6 +26,7 @@ instructions and ``lead`` messages given apart, the leading system messages, ``h
 from __future__ import annotations
 
 import threading
+from bisect import bisect_right
 from collections import OrderedDict
 from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -36,6 +37,7 @@ import numpy as np
 from . import _kernel, _tracing
 from ._snapshots import same, snapshot
 from ._tables import FLAG_GLUES_NEXT, FLAG_TOOL_CALLS, ROLE_ASSISTANT, ROLE_OTHER
+from ._trim_replay import TrimRuns
 from .accounting import TokenCounter
 from .adapters._agent import agent_plan, prepare_agent_policy, under
 from .adapters._returned import origins, trimmed_away
@@ -186,6 +188,8 @@ class StableCut:
         # A trigger in chars alone is checked from the measured chars; a token one needs a run.
         self.trigger = reduce.trigger_chars if (
             reduce is not None and reduce.trigger_tokens is None) else None
+        # A policy that only trims the history replays earlier calls without a plan each.
+        self.trims_only = TrimRuns.applies(self.replaying)
         self.memo_size = memo_size
         self._memo: OrderedDict[int, _Entry] = OrderedDict()  # by _fingerprint
         self._lock = threading.Lock()
@@ -329,9 +333,10 @@ class _Replay:
         self.question = question = bool(question)
         self.path = path
         try:
-            roles, chars, flags, _ = _kernel.measure_messages(self.items)
+            whole = _kernel.measure(self.items)
         except ContextPlanError as exc:
             raise under(exc, path) from None
+        roles, chars, flags, _ = whole.arrays()
         self.fixed = int(_kernel.measure_messages(self.lead)[1].sum()) if self.lead else 0
         self.fixed += sum(len(t) for t in texts if t is not None)
         self.skip = len(self.lead) + sum(t is not None for t in texts)
@@ -339,6 +344,8 @@ class _Replay:
         self.measured = (roles, chars, flags)
         self.item_chars: list[int] = chars.tolist()
         self.cum = np.concatenate(([0], np.cumsum(chars, dtype=np.int64)))
+        self.trims = TrimRuns(cut.replaying, whole, self.items, flags, self.cum.tolist(),
+                              self.fixed, question) if cut.trims_only else None
         self.entry = cut.lookup(self.items, self.lead, texts, question, self.starts,
                                 self.measured) if cut.cuts else None
         self.state = _State() if self.entry is None else self.entry.state.copy()
@@ -352,10 +359,11 @@ class _Replay:
     def plans(self) -> Generator[Any, None, None]:
         token = TALLY.set(self.tally)
         try:
-            for p in self._due():
-                yield self._plan(p)
+            for call, p in self._due():
                 self.runs += 1
-                self._advance(p, int(np.searchsorted(self.starts, p, side="left")))
+                if self.trims is None or not self._trimmed(p, call):
+                    yield self._plan(p)
+                    self._advance(p, call)
             state, n = self.state, len(self.items)
             kept = sum(1 for s, d in zip(state.src, state.own, strict=True)
                        if d is None and s >= 0)
@@ -386,25 +394,40 @@ class _Replay:
         out.cut, out.sources = report, self.sources
         return out
 
-    def _due(self) -> Generator[int, None, None]:
-        """The earlier calls (by the index their output starts at, after ``state.upto``) at
-        which the policy runs: each whose input is above a chars trigger, or every one with a
-        token trigger."""
-        cut, starts, cum = self.cut, self.starts, self.cum
+    def _due(self) -> Generator[tuple[int, int], None, None]:
+        """The earlier calls after ``state.upto`` at which the policy runs (each as its number
+        and the index its output starts at): each whose input is above a chars trigger, or
+        every one with a token trigger."""
+        cut, cum = self.cut, self.cum
         if not cut.cuts:
             return
-        i = int(np.searchsorted(starts, self.state.upto, side="right"))
-        at = cum[starts]
+        starts: list[int] = self.starts.tolist()
+        i = bisect_right(starts, self.state.upto)
+        at: list[int] = cum[self.starts].tolist()
         while i < len(starts):
             if cut.trigger is None:
                 k = i
             else:  # the first p with fixed + state + (cum[p] - cum[upto]) > trigger
                 need = cut.trigger - self.fixed - self.state.chars + int(cum[self.state.upto])
-                k = max(i, int(np.searchsorted(at, need, side="right")))
+                k = max(i, bisect_right(at, need))
                 if k >= len(starts):
                     return
-            yield int(starts[k])
+            yield k, starts[k]
             i = k + 1
+
+    def _trimmed(self, p: int, call: int) -> bool:
+        """The run at ``p`` made without a plan (``_trim_replay``), when the state allows."""
+        state, trims = self.state, self.trims
+        assert trims is not None
+        if state.own.count(None) != len(state.own):  # a handler's message: not a trim's
+            return False
+        out = trims.run(state.src, state.chars, state.upto, p)
+        if out is None:
+            return False
+        src, chars, cut = out
+        self.state = _State(src, [None] * len(src), chars, p,
+                            call if cut else state.last_cut, state.exact)
+        return True
 
     def _plan(self, p: int) -> Any:
         """The plan of the call before ``items[p]``: the kept state, then what came since."""

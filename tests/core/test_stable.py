@@ -6,12 +6,14 @@ from __future__ import annotations
 import copy
 from itertools import pairwise
 from typing import Any
+from unittest import mock
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from contextpolicy import ContextPlanError, ContextPolicyError, check_input_budget
+from contextpolicy import ContextPlanError, ContextPolicyError, _kernel, check_input_budget, stable
+from contextpolicy._trim_replay import TrimRuns
 from contextpolicy.handlers import clear_tool_results, registry, summarize, truncate_messages
 from contextpolicy.stable import StableCut, StableResult
 from contextpolicy.stores import MemoryStore
@@ -126,6 +128,87 @@ def test_every_call_gets_what_a_persisted_reduction_holds(messages, policy, inst
         assert got.report.before.chars + got.cut.held_chars == handed.chars
         assert got.cut.calls == len(call_points(history)) + 1
     assert messages == before  # never changed
+
+
+# ---------------------------------------------------------------------------------------------
+# Policies that only trim the history: earlier calls replayed from one measure, without a plan.
+
+@st.composite
+def trim_policies(draw: Any) -> dict[str, Any]:
+    trigger = draw(st.integers(100, 4_000))
+    target = draw(st.integers(0, trigger))
+    steps = [{"id": f"t{i}", "kind": "trim", "fragmentId": "history",
+              "targetChars": draw(st.integers(0, target)), "keepGroups": draw(st.integers(0, 2)),
+              "grouping": {"kind": draw(st.sampled_from(["user-turn", "message"]))}}
+             for i in range(draw(st.integers(1, 3)))]
+    policy: dict[str, Any] = {"mode": "reduce", "triggerChars": trigger, "steps": steps}
+    if draw(st.booleans()):
+        policy["targetInputChars"] = max(1, target)
+    return policy
+
+
+@st.composite
+def sessions_with_system_messages(draw: Any) -> list[dict[str, Any]]:
+    """Sessions with system and developer messages among the turns: a trim that drops what
+    was before one makes it lead the kept messages, and protected from then on."""
+    out = draw(sessions())
+    for _ in range(draw(st.integers(0, 3))):
+        at = draw(st.integers(0, len(out)))
+        role = draw(st.sampled_from(["system", "developer"]))
+        out.insert(at, {"role": role, "content": "note " + "n" * draw(st.integers(0, 300))})
+    return out
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sessions_with_system_messages(), trim_policies(),
+       st.sampled_from([None, "You are terse."]), st.booleans(), st.booleans())
+def test_trims_replayed_without_a_plan_give_what_a_persisted_reduction_holds(
+        messages, policy, instructions, with_lead, question):
+    lead = [{"role": "system", "content": "system prompt"}] if with_lead else []
+    warm = StableCut(policy)
+    cold = StableCut(policy, memo_size=0)
+    assert warm.trims_only
+    for n in calls_of(messages):
+        history = messages[:n]
+        expected = persisted(history, warm.replaying, lead, instructions, question)
+        for cut in (warm, cold):
+            got = cut.process(history, lead=lead, instructions=instructions, question=question)
+            assert got.input == expected
+            assert got.input[len(lead) + (instructions is not None):] == [
+                history[s] for s in got.sources[len(lead) + (instructions is not None):]]
+
+
+def test_a_trim_policy_runs_one_plan_per_call_and_other_policies_one_per_run():
+    messages = tool_session(100)
+    for policy, handlers, trims_only in ((trim(), None, True),
+                                         (clear_then_trim(), HANDLERS, False)):
+        cut = StableCut(policy, handlers=handlers, memo_size=0)
+        assert cut.trims_only is trims_only
+        with mock.patch("contextpolicy.stable.process_context",
+                        wraps=stable.process_context) as runs:
+            result = cut.process(messages)
+        assert result.cut.runs >= 5
+        # the final call's plan, and one per earlier run unless the trims made them
+        assert runs.call_count == (1 if trims_only else result.cut.runs + 1)
+        assert result.input == persisted(messages, cut.replaying)
+        assert result.cut.last_cut is not None and result.cut.held_messages > 0
+
+
+def test_trim_runs_leave_a_history_that_is_not_one_range_to_the_plan():
+    messages = tool_session(10)
+    cut = StableCut(trim(trigger=5_000, target=2_000))
+    whole = _kernel.measure(messages)
+    cum = [0]
+    for c in whole.arrays()[1].tolist():
+        cum.append(cum[-1] + c)
+    runs = TrimRuns(cut.replaying, whole, messages, whole.arrays()[2], cum, 0, True)
+    # messages 8 on kept, then the call before message 25 (an answer): one range, cut
+    src, chars, was_cut = runs.run(list(range(8, 20)), cum[20] - cum[8], 20, 25) or (
+        [], 0, False)
+    assert was_cut and src == list(range(src[0], 25)) and chars == cum[25] - cum[src[0]]
+    assert src[0] == 20  # the newest turn before the question (keepGroups 1), then it
+    # messages 0 and 2 kept, 1 not: not one range, so the plan runs instead
+    assert runs.run([0, 2, 3], cum[1] + cum[4] - cum[2], 4, 5) is None
 
 
 def test_a_session_cuts_only_when_the_trigger_fires_and_keeps_the_prefix_between():

@@ -223,6 +223,15 @@ def _measured(k, history, keep, target, start):
     tail = m.tail(start)
     out += [tail.chars, tail.messages, tail.opaque_parts, tail.tool_traffic, tail.arrays(),
             m.pairing(history, start)]
+    # A range: the measure of messages[start:stop], as if measured alone.
+    stop = start + (m.messages - start) // 2
+    part = m.tail(start, stop)
+    alone = k.measure(history[start:stop], "h")
+    assert [part.chars, part.messages, part.opaque_parts, part.tool_traffic] == [
+        alone.chars, alone.messages, alone.opaque_parts, alone.tool_traffic]
+    assert all((a == b).all() for a, b in zip(part.arrays(), alone.arrays(), strict=True))
+    out += [part.chars, part.messages, part.arrays(),
+            part.cut(history[start:stop], 0, keep, target)]
     return out
 
 
@@ -855,6 +864,8 @@ ARGUMENT_CALLS = {
     "group_offsets(grouping, no message)": lambda k, v: k.group_offsets([], [], v),
     "tool_pairing(flags)": lambda k, v: k.tool_pairing(_MSGS, v),
     "Measure.tail(start)": lambda k, v: k.measure(_MSGS).tail(v).messages,
+    "Measure.tail(stop)": lambda k, v: k.measure(_MSGS).tail(1, v).messages,
+    "Measure.tail(start, stop)": lambda k, v: k.measure(_MSGS).tail(v, 2).messages,
     "Measure.groups(grouping)": lambda k, v: k.measure(_MSGS).groups(v),
     "Measure.pairing(start)": lambda k, v: k.measure(_MSGS).pairing(_MSGS, v),
     "Measure.cut(grouping)": lambda k, v: k.measure(_MSGS).cut(_MSGS, v, 0, 1),
