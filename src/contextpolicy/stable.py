@@ -344,8 +344,8 @@ class _Replay:
         self.measured = (roles, chars, flags)
         self.item_chars: list[int] = chars.tolist()
         self.cum = np.concatenate(([0], np.cumsum(chars, dtype=np.int64)))
-        self.trims = TrimRuns(cut.replaying, whole, self.items, flags, self.cum.tolist(),
-                              self.fixed, question) if cut.trims_only else None
+        self.whole = whole
+        self.trims: TrimRuns | None = None  # made at the first run, for a trims-only policy
         self.entry = cut.lookup(self.items, self.lead, texts, question, self.starts,
                                 self.measured) if cut.cuts else None
         self.state = _State() if self.entry is None else self.entry.state.copy()
@@ -361,7 +361,7 @@ class _Replay:
         try:
             for call, p in self._due():
                 self.runs += 1
-                if self.trims is None or not self._trimmed(p, call):
+                if not self.cut.trims_only or not self._trimmed(p, call):
                     yield self._plan(p)
                     self._advance(p, call)
             state, n = self.state, len(self.items)
@@ -401,9 +401,13 @@ class _Replay:
         cut, cum = self.cut, self.cum
         if not cut.cuts:
             return
-        starts: list[int] = self.starts.tolist()
-        i = bisect_right(starts, self.state.upto)
-        at: list[int] = cum[self.starts].tolist()
+        # The calls after the state, as lists (bisected once per run): calls[j] is call done + j
+        done = int(np.searchsorted(self.starts, self.state.upto, side="right"))
+        if done == len(self.starts):
+            return
+        starts: list[int] = self.starts[done:].tolist()
+        at: list[int] = cum[self.starts[done:]].tolist()
+        i = 0
         while i < len(starts):
             if cut.trigger is None:
                 k = i
@@ -412,15 +416,18 @@ class _Replay:
                 k = max(i, bisect_right(at, need))
                 if k >= len(starts):
                     return
-            yield k, starts[k]
+            yield done + k, starts[k]
             i = k + 1
 
     def _trimmed(self, p: int, call: int) -> bool:
         """The run at ``p`` made without a plan (``_trim_replay``), when the state allows."""
         state, trims = self.state, self.trims
-        assert trims is not None
         if state.own.count(None) != len(state.own):  # a handler's message: not a trim's
             return False
+        if trims is None:
+            trims = self.trims = TrimRuns(self.cut.replaying, self.whole, self.items,
+                                          self.measured[2], self.cum.tolist(), self.fixed,
+                                          self.question)
         out = trims.run(state.src, state.chars, state.upto, p)
         if out is None:
             return False
