@@ -332,8 +332,122 @@ cdef int64_t _json_chars(const uint8_t* p, _Val* v) except -2 nogil:
                 return -1
         else:
             run = 0
-    cdef int64_t length
+    # Counted from the bytes where it can be, so that threads scanning lines run side by side;
+    # otherwise parsed and measured as the object path does, under the GIL.
+    cdef _Sc sub
+    sub.p, sub.i, sub.end = p, v.start, v.end
+    cdef int64_t length = _jc_value(&sub)
+    if length >= 0 and sub.i == v.end:
+        return length
     with gil:
         value = _loads(PyBytes_FromStringAndSize(<const char*>(p + v.start), v.end - v.start))
         length = _compact_json_len(value)
     return -1 if length < 0 else length
+
+
+cdef enum:
+    _JC_KEYS = 16  # an object of more keys is measured under the GIL
+
+
+cdef int64_t _jc_value(_Sc* s) noexcept nogil:
+    # The compact JSON length (as compact_json writes the parsed value) of the value at s.i,
+    # which _value validated, s.i moved past it; -1 where the bytes do not say it alone: a
+    # float (written again as repr writes it), a key with an escape or a repeated key (the last
+    # one wins), an object of more than _JC_KEYS keys.
+    cdef const uint8_t* p = s.p
+    cdef uint8_t c
+    cdef int64_t total, n
+    cdef Py_ssize_t start, k
+    cdef Py_ssize_t key_at[_JC_KEYS]
+    cdef Py_ssize_t key_len[_JC_KEYS]
+    cdef int keys = 0
+    _ws(s)
+    if s.i >= s.end:
+        return -1
+    c = p[s.i]
+    if c == 34:
+        start = s.i
+        if _str(s):
+            return -1
+        return _jc_string(p, start, s.i, s.chars, s.escaped)
+    if c == 123 or c == 91:
+        total = 2  # the brackets
+        s.i += 1
+        _ws(s)
+        if s.i < s.end and p[s.i] == c + 2:  # } or ]
+            s.i += 1
+            return total
+        while True:
+            if c == 123:
+                start = s.i
+                if s.i >= s.end or p[s.i] != 34 or _str(s) or s.escaped or keys == _JC_KEYS:
+                    return -1
+                for k in range(keys):
+                    if key_len[k] == s.i - start and memcmp(p + key_at[k], p + start,
+                                                             key_len[k]) == 0:
+                        return -1
+                key_at[keys], key_len[keys] = start, s.i - start
+                keys += 1
+                total += s.chars + 3  # its quotes and the colon
+                _ws(s)
+                if s.i >= s.end or p[s.i] != 58:
+                    return -1
+                s.i += 1
+            n = _jc_value(s)
+            if n < 0:
+                return -1
+            total += n
+            _ws(s)
+            if s.i >= s.end:
+                return -1
+            s.i += 1
+            if p[s.i - 1] == 44:
+                total += 1
+                continue
+            return total if p[s.i - 1] == c + 2 else -1
+    if c == 116 or c == 110:
+        s.i += 4
+        return 4 if s.i <= s.end else -1
+    if c == 102:
+        s.i += 5
+        return 5 if s.i <= s.end else -1
+    start = s.i
+    if c == 45:
+        s.i += 1
+    while s.i < s.end and 48 <= p[s.i] <= 57:
+        s.i += 1
+    if s.i == start or (s.i < s.end and (p[s.i] == 46 or p[s.i] == 101 or p[s.i] == 69)):
+        return -1
+    if s.i - start == 2 and c == 45 and p[start + 1] == 48:
+        return 1  # -0: the integer 0
+    return s.i - start
+
+
+cdef int64_t _jc_string(const uint8_t* p, Py_ssize_t start, Py_ssize_t stop, int64_t chars,
+                        bint escaped) noexcept nogil:
+    # The compact JSON length of the validated string p[start:stop] (its quotes included) of
+    # chars code points: each code point one char, but a quote, a backslash and a control
+    # character, written escaped (two chars, or six for \u00XX).
+    cdef int64_t extra = 0
+    cdef int cp
+    cdef Py_ssize_t i = start + 1
+    cdef uint8_t e
+    if not escaped:
+        return chars + 2
+    while i < stop - 1:
+        if p[i] != 92:
+            i += 1
+            continue
+        e = p[i + 1]
+        if e == 117:
+            cp = _hex4(p, i + 2, stop)
+            i += 6
+            if 0 <= cp < 0x20:
+                extra += 1 if (cp == 8 or cp == 9 or cp == 10 or cp == 12 or cp == 13) else 5
+            elif cp == 34 or cp == 92:
+                extra += 1
+            continue
+        if e != 47:  # \/ is the slash, written as it is
+            extra += 1
+        i += 2
+    return chars + 2 + extra

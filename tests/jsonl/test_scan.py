@@ -29,7 +29,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from contextpolicy import _kernel, _kernel_py
+from contextpolicy import _kernel, _kernel_py, check_input_budget
 from contextpolicy._records import FragmentFigures
 from contextpolicy._tables import LINE_FIGURE
 from contextpolicy.jsonl import digits, runner
@@ -44,10 +44,12 @@ from tests.support.lines import (
     SERIALISERS,
     VALID_UTF8,
     VALIDATE_POLICY,
+    Writer,
     expected_figures,
     expected_records,
     frame,
     generated_lines,
+    json_value,
     message,
     mutate,
     run_lines,
@@ -243,6 +245,58 @@ def test_generated_lines_agree_with_the_object_path(differential, lines, call, r
     steps, trig, wm = call
     data, starts, stops = frame(lines, rnd)
     check_call(differential, data, starts, stops, steps, trig, wm)
+
+
+def _with_inputs(values: list[Any], written: list[bytes]) -> bytes:
+    """A plainly written line whose tool inputs and non-string arguments are ``written`` (the
+    JSON text of ``values``, written any way): each value a ``tool_use`` input and a tool call's
+    arguments."""
+    messages: list[Any] = [{"role": "user", "content": "go"}]
+    for i in range(len(values)):
+        messages.append({"role": "assistant", "content": [
+            {"type": "tool_use", "id": f"t{i}", "name": "f", "input": f"@{i}@"}]})
+        messages.append({"role": "assistant", "content": None, "tool_calls": [{
+            "id": f"c{i}", "type": "function", "function": {"name": "f", "arguments": f"@{i}@"}}]})
+    line = orjson.dumps({"id": "x", "messages": messages})
+    for i, text in enumerate(written):
+        line = line.replace(b'"@%d@"' % i, text)
+    return line
+
+
+@settings(HYPOTHESIS, max_examples=300)
+@given(st.lists(json_value.filter(lambda v: isinstance(v, (dict, list))), min_size=1,
+                max_size=3), st.randoms(use_true_random=False))
+def test_tool_inputs_are_counted_as_their_compact_json(differential, values, rnd):
+    # A tool input (and a tool call's arguments that are not a string) counts as the compact
+    # JSON of its value: written with whitespace, escapes, escaped and repeated keys (the last
+    # one wins) and numbers in other forms, it counts what the object path counts.
+    writer = Writer(rnd, ws=0.3, escape=0.3, key_escape=0.2, dup=0.3, numbers=0.3)
+    line = _with_inputs(values, [writer.dumps(v) for v in values])
+    data, starts, stops = frame([line])
+    handled = check_call(differential, data, starts, stops, (), -1, -1)
+    try:
+        orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return
+    if not digits.long_digit_runs(line):  # only a run of 19 digits sends it to the objects
+        assert handled == [1], line
+
+
+@pytest.mark.parametrize("text", [
+    rb'{"a":1,"a":2}', rb'{"a":{"b":1,"b":[1,2]},"c":0}', rb'{"a\u0062":1,"ab":2}',
+    rb'{"k":-0,"l":[-0,0,-1]}', rb'{"x":"\u0000\u001f\b\t\n\f\r\"\\\/"}',
+    rb'{"e":"\ud83d\ude00\u00e9\u20ac"}', rb'{"f":1.0,"g":1e5,"h":-0.0}',
+    b'{' + b",".join(b'"k%d":%d' % (i, i) for i in range(17)) + b'}',
+    b'[ {"a" : [ 1 , "x" , null , true , false ] } , [ ] , { } ]',
+    '{"\u00e9":1,"\\u00e9":2}'.encode(), rb'{"a":"\u0041","b":"\u005c\u0022"}',
+])
+def test_tool_inputs_that_need_care_are_counted_as_the_objects_are(differential, text):
+    line = _with_inputs([orjson.loads(text)], [text])
+    data, starts, stops = frame([line])
+    assert check_call(differential, data, starts, stops, (), -1, -1) == [1]
+    messages = orjson.loads(line)["messages"]
+    assert rows(differential("reduce_lines", data, starts, stops, (), -1, -1, False)[2])[
+        0, CHARS] == check_input_budget(messages).chars
 
 
 @settings(HYPOTHESIS, max_examples=150)
