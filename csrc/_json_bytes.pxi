@@ -379,6 +379,7 @@ cdef int64_t _jc_value(_Sc* s) noexcept nogil:
             return total
         while True:
             if c == 123:
+                _ws(s)
                 start = s.i
                 if s.i >= s.end or p[s.i] != 34 or _str(s) or s.escaped or keys == _JC_KEYS:
                     return -1

@@ -338,7 +338,8 @@ class _Replay:
             raise under(exc, path) from None
         roles, chars, flags, _ = whole.arrays()
         self.fixed = int(_kernel.measure_messages(self.lead)[1].sum()) if self.lead else 0
-        self.fixed += sum(len(t) for t in texts if t is not None)
+        # as the plan counts them: a str subclass's own __len__ is not its length
+        self.fixed += sum(str.__len__(t) for t in texts if t is not None)
         self.skip = len(self.lead) + sum(t is not None for t in texts)
         self.starts = call_starts(roles, flags)
         self.measured = (roles, chars, flags)

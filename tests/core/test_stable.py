@@ -226,6 +226,25 @@ def test_a_session_cuts_only_when_the_trigger_fires_and_keeps_the_prefix_between
     assert broken <= cuts
 
 
+class _LongStr(str):
+    """A str whose __len__ lies: what it holds is what counts."""
+
+    def __len__(self) -> int:
+        return 10**6
+
+
+@pytest.mark.parametrize("policy", [trim(trigger=20_000, target=3_000),
+                                    clear_then_trim(trigger=20_000, target=3_000)])
+def test_instructions_and_tools_count_the_text_they_hold(policy):
+    messages = tool_session(6)
+    for texts in ({"tools": _LongStr("[]")}, {"instructions": _LongStr("be brief")}):
+        for memo_size in (0, 8):
+            cut = StableCut(policy, handlers=HANDLERS, memo_size=memo_size)
+            for n in calls_of(messages):
+                expected = persisted(messages[:n], cut.replaying, **texts)
+                assert cut.process(messages[:n], **texts).input == expected
+
+
 def test_the_tools_schemas_count_against_the_trigger_and_key_the_memo():
     messages = tool_session(30)
     small, big = '[{"name":"f"}]', '[{"name":"f","description":"' + "d" * 20_000 + '"}]'
