@@ -376,7 +376,7 @@ cdef int _trim_step(object step, list ids, list lists, list measures, list kept,
         done.append(_step("unchanged", "within-target" if m.chars <= target
                           else "keep-groups-floor", m.chars, m.chars, ngroups, ngroups, 0))
         return 0
-    tail = m._tail(cut)
+    tail = m._tail(cut, m.messages)
     messages = messages[cut:] if PyList_CheckExact(messages) else list.__getitem__(
         messages, slice(cut, None))
     lists[i] = messages

@@ -428,20 +428,13 @@ cdef class Measure:
 
     def tail(self, Py_ssize_t start, stop=None):
         """The measure of ``messages[start:stop]`` (``stop``: the end by default)."""
-        cdef Py_ssize_t end = self.messages
-        if stop is not None:
-            end = stop
-            if start < 0 or start > self.messages:
-                raise ValueError(f"start {start} is outside 0..{self.messages}")
-            if end < start or end > self.messages:
-                raise ValueError(f"stop {end} is outside {start}..{self.messages}")
-        return self._tail(start, end)
+        return self._tail(start, self.messages if stop is None else stop)
 
-    cdef Measure _tail(self, Py_ssize_t start, Py_ssize_t stop=-1):
+    cdef Measure _tail(self, Py_ssize_t start, Py_ssize_t stop):
         if start < 0 or start > self.messages:
             raise ValueError(f"start {start} is outside 0..{self.messages}")
-        if stop < 0:
-            stop = self.messages
+        if stop < start or stop > self.messages:
+            raise ValueError(f"stop {stop} is outside {start}..{self.messages}")
         cdef Py_ssize_t n = stop - start
         cdef Measure out = Measure.__new__(Measure)
         out._alloc(n)

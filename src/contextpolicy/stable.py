@@ -402,7 +402,7 @@ class _Replay:
         cut, cum = self.cut, self.cum
         if not cut.cuts:
             return
-        # The calls after the state, as lists (bisected once per run): calls[j] is call done + j
+        # The calls after the state, as lists bisected at each run: starts[j] is call done + j
         done = int(np.searchsorted(self.starts, self.state.upto, side="right"))
         if done == len(self.starts):
             return

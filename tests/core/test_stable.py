@@ -198,10 +198,11 @@ def test_trim_runs_leave_a_history_that_is_not_one_range_to_the_plan():
     messages = tool_session(10)
     cut = StableCut(trim(trigger=5_000, target=2_000))
     whole = _kernel.measure(messages)
+    _, chars, flags, _ = whole.arrays()
     cum = [0]
-    for c in whole.arrays()[1].tolist():
+    for c in chars.tolist():
         cum.append(cum[-1] + c)
-    runs = TrimRuns(cut.replaying, whole, messages, whole.arrays()[2], cum, 0, True)
+    runs = TrimRuns(cut.replaying, whole, messages, flags, cum, 0, True)
     # messages 8 on kept, then the call before message 25 (an answer): one range, cut
     src, chars, was_cut = runs.run(list(range(8, 20)), cum[20] - cum[8], 20, 25) or (
         [], 0, False)
