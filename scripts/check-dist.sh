@@ -173,7 +173,8 @@ test_command="$(cibw test-command " && ")"
 # each command's environment), run in full by the README's test command; and the suites that
 # run the documentation's examples and the summary table as commands on both kernels, which
 # hold the pages to the code (the README's test run does) rather than the wheel to its build.
-STRESS=(cli/test_cli_hostile.py cli/test_cli_values.py cli/test_cli_errors.py
+STRESS=(cli/test_cli_hostile_lines.py cli/test_cli_hostile_files.py
+        cli/test_cli_hostile_processes.py cli/test_cli_values.py cli/test_cli_errors.py
         cli/test_cli_summary.py project/test_docs.py)
 
 # The suite of the sdist without its source: tests import the installed package or nothing.

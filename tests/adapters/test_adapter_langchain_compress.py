@@ -565,7 +565,7 @@ def test_any_history_through_any_handlers_keeps_what_they_did_not_change(message
 def test_content_whose_strs_lie_is_read_from_its_storage():
     # Types and ids whose equality and hash lie (LangChain keeps them in content parts): the
     # messages are traced and edited by what they hold, and nothing given changes.
-    from tests.support.hostile import LyingStr
+    from tests.support.hostile_objects import LyingStr
 
     block = {"type": LyingStr("tool_use"), "id": LyingStr("tu1"), "name": "lookup",
              "input": {"q": "parcel 1 " * 8}}

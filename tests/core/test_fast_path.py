@@ -277,7 +277,7 @@ def _odd_plans():
     """Plans the corpora leave out: a fragment longer than the kernel keeps on its stack, with
     tool traffic (an orphan result, an unanswered call) past that point; text fragments; an
     empty fragment; a str subclass as content; parts that carry no text."""
-    from tests.support.hostile import LyingStr
+    from tests.support.hostile_objects import LyingStr
 
     long = []
     for i in range(300):

@@ -25,7 +25,7 @@ from contextpolicy import (
     validate_context_policy,
 )
 from contextpolicy.implementations.base import HandlerCall
-from tests.support.hostile import LyingList, LyingStr
+from tests.support.hostile_objects import LyingList, LyingStr
 
 pytestmark = pytest.mark.usefixtures("pipeline_kernel")
 

@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from contextpolicy._tables import MAX_JSON_DEPTH, MAX_NESTING
-from tests.support.hostile import CASES, JSON_VALUES, compact_json, json_cases_at
+from tests.support.hostile import CASES
+from tests.support.hostile_json import JSON_VALUES, compact_json, json_cases_at
 
 ROOT = Path(__file__).resolve().parents[2]
 

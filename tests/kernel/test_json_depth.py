@@ -23,7 +23,7 @@ from contextpolicy.handlers import clear_tool_results, summarize, truncate_messa
 from contextpolicy.jsonl import runner
 from contextpolicy.jsonl.files import InputFile, dumps_exactly
 from contextpolicy.jsonl.worker import LineWorker
-from tests.support.hostile import deep_dict
+from tests.support.hostile_objects import deep_dict
 from tests.support.tables import expected, filled
 
 pytestmark = pytest.mark.usefixtures("pipeline_kernel")

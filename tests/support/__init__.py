@@ -1,1 +1,2 @@
-"""What the test modules share: strategies, hostile objects, the command line and JSONL helpers, the documentation's examples."""
+"""What the test modules share: strategies, hostile objects, the command line, JSONL, scan,
+differential and handler helpers, the agent frameworks' fakes, the documentation's examples."""

@@ -1,5 +1,5 @@
 """The command line as the tests run it: the installed script, the example policy and corpora, a
-run's leftovers and worker processes."""
+run's leftovers and worker processes, the one line a failed run prints."""
 
 from __future__ import annotations
 
@@ -84,3 +84,27 @@ def with_workers(workdir: Path) -> list[str]:
     """The arguments of a run on the object path (see OBJECT_PATH_POLICY)."""
     (workdir / "objects.json").write_text(json.dumps(OBJECT_PATH_POLICY))
     return ["--policy", "objects.json", "--handler", "clear-tool-results"]
+
+
+# What the hostile suites of the command line (tests/cli/test_cli_hostile_*.py) share: every run
+# at --jobs 1 and 2, the one line a failed run prints, what a plain run writes.
+JOBS = ["1", "2"]
+
+
+def one_line_error(result, *fragments: str, code: int = 2) -> str:
+    """The single line a failed run printed (with -q), after checking its exit status and that
+    it names what it should."""
+    err = result.stderr.decode()
+    assert result.returncode == code, err
+    assert "Traceback" not in err and "Exception ignored" not in err, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    for fragment in fragments:
+        assert fragment in lines[0], (fragment, lines[0])
+    return lines[0]
+
+
+def expected_output(workdir: Path) -> bytes:
+    result = run("reduce", "in.jsonl", "--policy", "policy.json", "-q", cwd=workdir)
+    assert result.returncode == 0 and result.stdout.count(b"\n") > 0
+    return result.stdout

@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 
 from contextpolicy._tables import MAX_JSON_DEPTH
 
-from .hostile import (
+from .hostile_objects import (
     LyingDict,
     LyingList,
     LyingStr,

@@ -1,10 +1,11 @@
-"""``contextpolicy.adapters.langchain``: the middleware inside real LangChain v1 agents, the
-LangGraph node inside real graphs, and our counters inside LangChain's own middleware.
+"""``ContextPolicyMiddleware`` of ``contextpolicy.adapters.langchain``: the converter to chat
+dicts, the checks at construction, the middleware inside real LangChain v1 agents
+(``create_agent``, both modes, handlers, the turn in progress), our counters inside LangChain's
+own middleware, and the adapter's layering.
 
-Every model is a scripted fake (no network): it records the messages it is sent and answers a
-question with a tool call and a tool result with text, so the agents' histories hold tool calls
-and tool messages. Expected messages are written out by position in the agent's state, and
-figures are held to ``check_input_budget`` on the converted dicts.
+Every model is a scripted fake (``tests/support/langchain_agents.py``, no network). Expected
+messages are written out by position in the agent's state, and figures are held to
+``check_input_budget`` on the converted dicts.
 """
 
 from __future__ import annotations
@@ -14,11 +15,9 @@ import json
 import subprocess
 import sys
 import threading
-from typing import Annotated, Any
+from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
 from langchain.agents import create_agent
 from langchain.agents.middleware import (
     AgentMiddleware,
@@ -28,7 +27,6 @@ from langchain.agents.middleware import (
     ModelResponse,
     SummarizationMiddleware,
 )
-from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import (
     AIMessage,
     BaseMessage,
@@ -38,14 +36,10 @@ from langchain_core.messages import (
     SystemMessage,
     ToolMessage,
 )
-from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import tool
 from langchain_core.utils.function_calling import convert_to_openai_tool
 from langgraph.checkpoint.memory import InMemorySaver
-from langgraph.graph import END, START, MessagesState, StateGraph
-from langgraph.graph.message import REMOVE_ALL_MESSAGES, add_messages
-from pydantic import Field
-from typing_extensions import TypedDict
+from langgraph.graph.message import REMOVE_ALL_MESSAGES
 
 from contextpolicy import (
     ContextCancelledError,
@@ -56,9 +50,21 @@ from contextpolicy import (
 )
 from contextpolicy.adapters.langchain import (
     ContextPolicyMiddleware,
-    context_policy_node,
     langchain_token_counter,
     to_chat_dicts,
+)
+from tests.support.langchain_agents import (
+    SYSTEM,
+    TOOL_TEXT,
+    ScriptedModel,
+    Words,
+    anthropic_history,
+    call_middleware,
+    chars,
+    is_subsequence,
+    pairing_problems,
+    trim_policy,
+    turns_of,
 )
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
@@ -69,34 +75,6 @@ def _no_tracing(monkeypatch: pytest.MonkeyPatch) -> None:
     """No LangSmith tracing (a network call) whatever the environment says."""
     for name in ("LANGSMITH_TRACING", "LANGCHAIN_TRACING_V2", "LANGCHAIN_TRACING"):
         monkeypatch.delenv(name, raising=False)
-
-SYSTEM = "You are a terse support agent."
-TOOL_TEXT = "parcel status: in transit. " * 4
-
-
-class ScriptedModel(BaseChatModel):
-    """Records every call's messages; a question gets a tool call, a tool result an answer."""
-
-    received: list[list[BaseMessage]] = Field(default_factory=list)
-
-    @property
-    def _llm_type(self) -> str:
-        return "scripted"
-
-    def bind_tools(self, tools: Any, **kwargs: Any) -> ScriptedModel:
-        return self
-
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None,
-                  **kwargs: Any) -> ChatResult:
-        self.received.append(list(messages))
-        n = len(self.received)
-        last = messages[-1]
-        if isinstance(last, HumanMessage):
-            reply = AIMessage(content="", id=f"ai-{n}", tool_calls=[
-                {"id": f"call-{n}", "name": "lookup", "args": {"q": str(last.content)}}])
-        else:
-            reply = AIMessage(content=f"answer {n}", id=f"ai-{n}")
-        return ChatResult(generations=[ChatGeneration(message=reply)])
 
 
 @tool
@@ -121,14 +99,6 @@ class Probe(AgentMiddleware):
         return await handler(request)
 
 
-class Words:
-    name = "words"
-    exact = True
-
-    def count_text(self, text: str) -> int:
-        return len(text.split())
-
-
 class FramedWords(Words):
     """A counter with chat framing: 3 tokens per message on top of the words."""
 
@@ -147,13 +117,6 @@ def _texts(message: dict) -> list[str]:
     found += [c["function"]["name"] + c["function"]["arguments"]
               for c in message.get("tool_calls", [])]
     return found
-
-
-def trim_policy(trigger: int = 1, target: int = 0, keep: int = 1, grouping: str = "user-turn",
-                fragment: str = "history") -> dict:
-    return {"mode": "reduce", "triggerChars": trigger, "steps": [{
-        "id": "trim", "kind": "trim", "fragmentId": fragment, "keepGroups": keep,
-        "targetChars": target, "grouping": {"kind": grouping}}]}
 
 
 def run_turns(agent: Any, turns: int, use_async: bool, thread: str = "t",
@@ -176,54 +139,6 @@ def run_turns(agent: Any, turns: int, use_async: bool, thread: str = "t",
     for i in asked:
         out = agent.invoke({"messages": [HumanMessage(f"question {i}", id=f"h{i}")]}, config)
     return out["messages"]
-
-
-def pairing_problems(messages: list[BaseMessage]) -> list[str]:
-    """Tool results without an earlier call among ``messages`` (ToolMessages and
-    ``tool_result`` blocks alike)."""
-    calls: set[str] = set()
-    problems = []
-    for m in messages:
-        if isinstance(m, AIMessage):
-            calls.update(c["id"] for c in m.tool_calls)
-            calls.update(p["id"] for p in m.content if isinstance(p, dict)
-                         and p.get("type") == "tool_use") if isinstance(m.content, list) else None
-        if isinstance(m, ToolMessage) and m.tool_call_id not in calls:
-            problems.append(f"tool message {m.tool_call_id} without its call")
-        if isinstance(m.content, list):
-            for p in m.content:
-                if isinstance(p, dict) and p.get("type") == "tool_result" and (
-                        p["tool_use_id"] not in calls):
-                    problems.append(f"tool_result {p['tool_use_id']} without its tool_use")
-    return problems
-
-
-def unanswered_calls(kept: list[BaseMessage], original: list[BaseMessage]) -> list[str]:
-    """Calls kept whose results (present in ``original``) were cut."""
-    answered = {m.tool_call_id for m in original if isinstance(m, ToolMessage)} | {
-        p["tool_use_id"] for m in original if isinstance(m.content, list)
-        for p in m.content if isinstance(p, dict) and p.get("type") == "tool_result"}
-    kept_answers = {m.tool_call_id for m in kept if isinstance(m, ToolMessage)} | {
-        p["tool_use_id"] for m in kept if isinstance(m.content, list)
-        for p in m.content if isinstance(p, dict) and p.get("type") == "tool_result"}
-    out = []
-    for m in kept:
-        if isinstance(m, AIMessage):
-            ids = [c["id"] for c in m.tool_calls] + ([
-                p["id"] for p in m.content if isinstance(p, dict) and p.get("type") == "tool_use"]
-                if isinstance(m.content, list) else [])
-            out += [i for i in ids if i in answered and i not in kept_answers]
-    return out
-
-
-def is_subsequence(kept: list[Any], of: list[Any]) -> bool:
-    """``kept`` are objects of ``of`` (identity), in its order."""
-    it = iter(of)
-    return all(any(k is o for o in it) for k in kept)
-
-
-def chars(messages: list[BaseMessage]) -> int:
-    return check_input_budget(to_chat_dicts(messages)).chars
 
 
 def with_tools(dicts: list[dict]) -> list[dict]:
@@ -402,22 +317,6 @@ def test_each_mode_wires_only_its_own_hook():
         Mine(trim_policy(), mode="persist")  # its class has no before_model to run it
 
 
-def call_middleware(middleware: ContextPolicyMiddleware, messages: list[BaseMessage],
-                    system: SystemMessage | None = None) -> list[BaseMessage]:
-    """One ephemeral model call: what the model is sent (system message first)."""
-    sent: list[ModelRequest] = []
-
-    def handler(request: ModelRequest) -> ModelResponse:
-        sent.append(request)
-        return ModelResponse(result=[AIMessage("ok")])
-
-    request = ModelRequest(model=ScriptedModel(), messages=messages,
-                           system_message=system or SystemMessage(SYSTEM))
-    middleware.wrap_model_call(request, handler)
-    assert request.messages is messages  # the agent's request is never changed
-    return [sent[0].system_message, *sent[0].messages]
-
-
 # --------------------------------------------------------------------------------------------
 # The middleware inside create_agent.
 
@@ -585,21 +484,6 @@ def test_cancel_event_stops_the_call():
         call_middleware(middleware, turns_of(2) + [HumanMessage("q")])
 
 
-def turns_of(n: int, prefix: str = "t") -> list[BaseMessage]:
-    """``n`` OpenAI-style turns: question, tool call, tool result, answer."""
-    out: list[BaseMessage] = []
-    for i in range(n):
-        cid = f"{prefix}{i}-call"
-        out += [
-            HumanMessage(f"question {i} " * 3, id=f"{prefix}{i}-h"),
-            AIMessage("", id=f"{prefix}{i}-ai", tool_calls=[
-                {"id": cid, "name": "lookup", "args": {"q": i}}]),
-            ToolMessage(TOOL_TEXT, tool_call_id=cid, id=f"{prefix}{i}-tool"),
-            AIMessage(f"answer {i}", id=f"{prefix}{i}-answer"),
-        ]
-    return out
-
-
 def tool_rounds(n: int = 2, size: int = 2_000) -> list[BaseMessage]:
     """The agent's work on the question so far: ``n`` rounds of a tool call and its result."""
     out: list[BaseMessage] = []
@@ -650,262 +534,6 @@ def test_a_step_that_names_the_turn_keeps_its_newest_tool_rounds():
     step = middleware.last_report.steps[0]
     assert (step.fragment_id, step.groups_before, step.groups_after, step.messages_removed) == (
         "turn", 3, 1, 4)
-
-
-# --------------------------------------------------------------------------------------------
-# Regressions of LangChain trims that split tool calls from their results.
-
-
-def anthropic_history() -> list[BaseMessage]:
-    """Anthropic blocks: tool_use in the AI content, results as tool_result blocks carried by a
-    human message, and as a ToolMessage."""
-    return [
-        HumanMessage("where is parcel 1?", id="h1"),
-        AIMessage([{"type": "text", "text": "Checking."},
-                   {"type": "tool_use", "id": "tu1", "name": "track", "input": {"p": 1}}],
-                  tool_calls=[{"id": "tu1", "name": "track", "args": {"p": 1}}], id="a1"),
-        HumanMessage([{"type": "tool_result", "tool_use_id": "tu1", "content": TOOL_TEXT}],
-                     id="r1"),
-        AIMessage("Parcel 1 is in transit.", id="a1b"),
-        HumanMessage("and parcels 2 and 3?", id="h2"),
-        AIMessage([{"type": "tool_use", "id": "tu2", "name": "track", "input": {"p": 2}},
-                   {"type": "tool_use", "id": "tu3", "name": "track", "input": {"p": 3}}],
-                  id="a2"),
-        ToolMessage([{"type": "text", "text": TOOL_TEXT}], tool_call_id="tu2", id="r2"),
-        HumanMessage([{"type": "tool_result", "tool_use_id": "tu3",
-                       "content": [{"type": "text", "text": TOOL_TEXT}]}], id="r3"),
-        AIMessage("Both in transit.", id="a2b"),
-    ]
-
-
-@pytest.mark.parametrize("grouping", ["user-turn", "message"])
-def test_langchain_29637_anthropic_tool_blocks_are_never_split(grouping):
-    history = anthropic_history()
-    messages = [*history, HumanMessage("thanks, and parcel 4?", id="q")]
-    cuts = set()
-    for target in range(chars(history) + 2):
-        middleware = ContextPolicyMiddleware(trim_policy(target=target, keep=0,
-                                                         grouping=grouping))
-        sent = call_middleware(middleware, messages)
-        assert pairing_problems(sent) == [], target
-        assert unanswered_calls(sent, messages) == [], target
-        assert sent[-1] is messages[-1]
-        assert chars(sent[1:-1]) <= target
-        cuts.add(tuple(m.id for m in sent[1:]))
-    # Every cut there is, and none inside a call and its results.
-    turn1, turn2 = ("h1", "a1", "r1", "a1b"), ("h2", "a2", "r2", "r3", "a2b")
-    expected = {(), turn2, turn1 + turn2}
-    if grouping == "message":
-        expected |= {("a2b",), turn2[1:], turn1[1:] + turn2, turn1[3:] + turn2}
-    assert cuts == {ids + ("q",) for ids in expected}
-
-
-def test_langchain_29637_a_tool_result_carrier_is_never_the_question():
-    # Mid-turn in Anthropic format: the last human message carries a tool_result.
-    messages = anthropic_history()[:3]
-    middleware = ContextPolicyMiddleware(trim_policy(target=0, keep=0))
-    sent = call_middleware(middleware, messages)
-    assert sent[1:] == messages and all(a is b for a, b in zip(sent[1:], messages))
-    fragments = {f.id: f for f in middleware.last_report.fragments}
-    assert fragments["question"].messages_before == 1 and fragments["turn"].messages_before == 2
-    assert fragments["history"].messages_before == 0
-
-
-@pytest.mark.parametrize("grouping", ["user-turn", "message"])
-def test_langchain_38352_partly_overlapping_tool_runs_are_never_cut_inside(grouping):
-    history = [
-        HumanMessage("check a1, a2 and b1", id="h"),
-        AIMessage("", id="A", tool_calls=[{"id": "a1", "name": "f", "args": {"n": 1}},
-                                          {"id": "a2", "name": "f", "args": {"n": 2}}]),
-        ToolMessage("a1 " + TOOL_TEXT, tool_call_id="a1", id="Ta1"),
-        AIMessage("", id="B", tool_calls=[{"id": "b1", "name": "g", "args": {"n": 3}}]),
-        ToolMessage("b1 " + TOOL_TEXT, tool_call_id="b1", id="Tb1"),
-        ToolMessage("a2 " + TOOL_TEXT, tool_call_id="a2", id="Ta2"),
-        AIMessage("done", id="D"),
-    ]
-    messages = [HumanMessage("first", id="h0"), AIMessage("hello", id="a0"), *history,
-                HumanMessage("next?", id="q")]
-    cuts = set()
-    for target in range(chars(messages[:-1]) + 2):
-        middleware = ContextPolicyMiddleware(trim_policy(target=target, keep=0,
-                                                         grouping=grouping))
-        sent = call_middleware(middleware, messages)
-        assert pairing_problems(sent) == [], target
-        assert unanswered_calls(sent, messages) == [], target
-        cuts.add(tuple(m.id for m in sent[1:]))
-    # A .. Ta2 leave together: no cut between them, by turn or by message.
-    run = ("A", "Ta1", "B", "Tb1", "Ta2", "D")
-    expected = {(), ("h", *run), ("h0", "a0", "h", *run)}
-    if grouping == "message":
-        expected |= {("D",), run, ("a0", "h", *run)}
-    assert cuts == {ids + ("q",) for ids in expected}
-
-
-# --------------------------------------------------------------------------------------------
-# Generated conversations: the invariants of every call.
-
-
-@st.composite
-def conversations(draw):
-    messages: list[BaseMessage] = []
-    for t in range(draw(st.integers(0, 6))):
-        messages.append(HumanMessage("q" * draw(st.integers(0, 40)), id=f"h{t}"))
-        for r in range(draw(st.integers(0, 2))):
-            ids = [f"c{t}-{r}-{k}" for k in range(draw(st.integers(1, 2)))]
-            if draw(st.booleans()):  # OpenAI style
-                messages.append(AIMessage("", id=f"a{t}-{r}", tool_calls=[
-                    {"id": i, "name": "f", "args": {"x": "y" * draw(st.integers(0, 9))}}
-                    for i in ids]))
-                messages += [ToolMessage("r" * draw(st.integers(0, 40)), tool_call_id=i,
-                                         id=f"r{i}") for i in ids]
-            else:  # Anthropic blocks, results carried by one human message
-                messages.append(AIMessage([{"type": "tool_use", "id": i, "name": "f",
-                                            "input": {}} for i in ids], id=f"a{t}-{r}"))
-                messages.append(HumanMessage([{"type": "tool_result", "tool_use_id": i,
-                                               "content": "r" * draw(st.integers(0, 40))}
-                                              for i in ids], id=f"r{t}-{r}"))
-        if draw(st.booleans()):
-            messages.append(AIMessage("a" * draw(st.integers(0, 40)), id=f"e{t}"))
-    if draw(st.booleans()):
-        messages.append(HumanMessage("final question", id="q"))
-    return messages
-
-
-@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(conversations(), st.integers(0, 600), st.integers(0, 2),
-       st.sampled_from(["user-turn", "message"]))
-def test_every_call_keeps_the_invariants(messages, target, keep, grouping):
-    middleware = ContextPolicyMiddleware(trim_policy(target=target, keep=keep,
-                                                     grouping=grouping), counter=Words(), cut="plain")
-    system = SystemMessage(SYSTEM)
-    before = [m.model_dump() for m in messages]
-    sent = call_middleware(middleware, messages, system)
-    assert [m.model_dump() for m in messages] == before
-    assert sent[0] is system
-    assert is_subsequence(sent[1:], messages)
-    assert pairing_problems(sent) == []
-    assert unanswered_calls(sent, messages) == []
-    openers = [i for i, m in enumerate(messages) if isinstance(m, HumanMessage)
-               and isinstance(m.content, str)]
-    if openers:  # the question and everything after it are all sent
-        tail = messages[openers[-1]:]
-        assert sent[-len(tail):] == tail and all(a is b for a, b in zip(sent[-len(tail):], tail))
-    report = middleware.last_report
-    after = check_input_budget(to_chat_dicts(sent), counter=Words())
-    assert (report.after.chars, report.after.tokens) == (after.chars, after.tokens)
-    assert report.before.chars == chars([system, *messages])
-
-
-# --------------------------------------------------------------------------------------------
-# The LangGraph node.
-
-
-def graph_of(node: Any, checkpointer: Any = None) -> Any:
-    builder = StateGraph(MessagesState)
-    builder.add_node("context", node)
-    builder.add_edge(START, "context")
-    builder.add_edge("context", END)
-    return builder.compile(checkpointer=checkpointer)
-
-
-def test_node_update_replaces_the_messages_with_the_kept_ones():
-    messages = turns_of(3) + [HumanMessage("now?", id="q")]
-    reports = []
-    graph = graph_of(context_policy_node(trim_policy(), on_report=reports.append))
-    updates = list(graph.stream({"messages": messages}, stream_mode="updates"))
-    remove, *kept = updates[0]["context"]["messages"]
-    assert remove.id == REMOVE_ALL_MESSAGES
-    assert [m.id for m in kept] == [m.id for m in messages[-5:]]
-    out = graph.invoke({"messages": messages})["messages"]
-    assert [m.id for m in out] == [m.id for m in messages[-5:]]
-    assert reports[-1].after.chars == chars(out) and reports[-1].steps[0].messages_removed == 8
-
-
-def test_node_returns_no_update_when_nothing_changed():
-    node = context_policy_node(trim_policy(trigger=10_000))
-    messages = turns_of(2) + [HumanMessage("now?")]
-    assert node.invoke({"messages": messages}) == {}
-    assert asyncio.run(node.ainvoke({"messages": messages})) == {}
-    out = graph_of(node).invoke({"messages": messages})["messages"]
-    assert [m.id for m in out] == [m.id for m in messages]
-
-
-EVENTS = ["context.started", "context.measured", "context.triggered", "step.started",
-          "step.completed", "context.completed"]
-
-
-@pytest.mark.parametrize("use_async", [False, True], ids=["stream", "astream"])
-def test_node_streams_the_policy_events(use_async, pipeline_kernel):
-    messages = turns_of(3) + [HumanMessage("now?", id="q")]
-    graph = graph_of(context_policy_node(trim_policy()))
-
-    async def collect():
-        return [c async for c in graph.astream({"messages": messages}, stream_mode="custom")]
-
-    chunks = asyncio.run(collect()) if use_async else list(
-        graph.stream({"messages": messages}, stream_mode="custom"))
-    assert [c["contextpolicy"] for c in chunks] == EVENTS
-    started, measured, *_, completed = chunks
-    assert started["kernel"] == pipeline_kernel.IMPLEMENTATION and started["mode"] == "reduce"
-    assert measured["usage"]["chars"] == chars(messages)
-    assert completed["after"]["chars"] == chars(messages[-5:])
-    assert completed["after"]["messages"] == 5 and completed["triggered"] is True
-    step = chunks[4]["step"]
-    assert (step["status"], step["messagesRemoved"]) == ("applied", 8)
-    json.dumps(chunks)  # plain JSON figures
-
-
-def test_node_is_cancelled_with_its_task():
-    started, cancelled = asyncio.Event(), []
-
-    async def slow_summary(request):
-        started.set()
-        try:
-            await asyncio.sleep(30)
-        except asyncio.CancelledError:
-            cancelled.append(request.step_id)
-            raise
-        return [{"role": "assistant", "content": "summary"}]
-
-    policy = {"mode": "reduce", "triggerChars": 1, "steps": [{
-        "id": "summary", "kind": "compress", "fragmentId": "history",
-        "handlerId": "slow", "targetChars": 0}]}
-    graph = graph_of(context_policy_node(policy, handlers={"slow": slow_summary}),
-                     checkpointer=InMemorySaver())
-    messages = turns_of(3) + [HumanMessage("now?", id="q")]
-    config = {"configurable": {"thread_id": "cancel"}}
-
-    async def main():
-        task = asyncio.ensure_future(graph.ainvoke({"messages": messages}, config))
-        await asyncio.wait_for(started.wait(), 10)
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-
-    asyncio.run(main())
-    assert cancelled == ["summary"]
-    state = graph.get_state(config)
-    assert [m.id for m in state.values["messages"]] == [m.id for m in messages]
-    assert state.next == ("context",)  # the node never completed: no update was written
-
-
-def test_node_cancel_event_and_a_custom_messages_key():
-    class State(TypedDict):
-        transcript: Annotated[list, add_messages]
-
-    messages = turns_of(2) + [HumanMessage("now?", id="q")]
-    builder = StateGraph(State)
-    builder.add_node("context", context_policy_node(trim_policy(), messages_key="transcript"))
-    builder.add_edge(START, "context")
-    graph = builder.compile()
-    out = graph.invoke({"transcript": messages})["transcript"]
-    assert [m.id for m in out] == [m.id for m in messages[-5:]]
-
-    cancel = threading.Event()
-    cancel.set()
-    stopped = graph_of(context_policy_node(trim_policy(), cancel=cancel))
-    with pytest.raises(ContextCancelledError):
-        stopped.invoke({"messages": messages})
 
 
 # --------------------------------------------------------------------------------------------
