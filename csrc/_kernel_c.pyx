@@ -246,6 +246,7 @@ __all__ = [
     "pooled_arrays",
     "pool_stats",
     "release_pool",
+    "exact_same",
 ]
 
 IMPLEMENTATION = "cython"
@@ -263,3 +264,4 @@ include "_json_bytes.pxi"
 include "_lines.pxi"
 include "_line_reducer.pxi"
 include "_report_lines.pxi"
+include "_exact.pxi"

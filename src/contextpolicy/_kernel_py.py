@@ -11,7 +11,8 @@ counterpart; this module gathers their exported names:
 - columns (``_columns_py``, ``_column_parts_py``): Arrow-layout buffers;
 - rows (``_rows_py``): many transcripts at once;
 - lines (``_lines_py``): the byte scan of JSONL lines;
-- report lines (``_report_lines_py``): report entries written from a template.
+- report lines (``_report_lines_py``): report entries written from a template;
+- exactness (``_exact_py``): a value and its snapshot compared by exact types and values.
 
 Constants, codes and exception classes come from ``_kernel_names`` and ``_tables``, which the
 compiled kernel imports too.
@@ -34,6 +35,7 @@ from ._columns_py import (
     utf8_lengths,
     utf8_validate,
 )
+from ._exact_py import exact_same
 from ._fused_py import fused_result, reduce_plan, reduce_transcript, split_transcript
 from ._json_py import COMPACT_JSON as COMPACT_JSON
 from ._json_py import compact_json, compact_json_length
@@ -103,6 +105,7 @@ __all__ = [
     "pooled_arrays",
     "pool_stats",
     "release_pool",
+    "exact_same",
 ]
 
 IMPLEMENTATION = "python"

@@ -15,6 +15,8 @@ import hashlib
 import marshal
 from typing import Any
 
+from . import _kernel
+
 __all__ = ["content_key", "same", "snapshot"]
 
 # marshal's own format version: stable within one Python, which is all a memo needs.
@@ -68,10 +70,13 @@ def content_key(*values: Any) -> str | None:
 
 
 def same(copy: Any, value: Any) -> bool:
-    """``value`` equals ``copy`` (a snapshot); an error raised while comparing is ``False``."""
+    """``value`` is exactly ``copy`` (a snapshot): the same types, values and key order, never
+    what ``==`` says (``1``, ``True`` and ``1.0`` are equal; a str subclass can say it equals
+    anything); an error raised while comparing (the twin's walk meeting a dict that another
+    thread changes) is ``False``."""
     try:
-        return bool(copy == value)
-    except Exception:  # a value's own comparison failing is a mismatch
+        return bool(_kernel.exact_same(copy, value))
+    except Exception:
         return False
 
 

@@ -114,12 +114,14 @@ class _Meter:
 
 
 def _common_prefix(a: list[Any], b: list[Any]) -> int:
-    """How many leading messages ``a`` and ``b`` share (equal as values)."""
+    """How many leading messages ``a`` and ``b`` share exactly (types, values and key order: a
+    provider's cache compares the bytes it is sent, where ``1`` and ``True`` differ; no
+    message's own ``__eq__`` runs)."""
     n = min(len(a), len(b))
-    if a[:n] == b[:n]:
+    if _kernel.exact_same(a[:n], b[:n]):
         return n
     i = 0
-    while i < n and a[i] == b[i]:
+    while i < n and _kernel.exact_same(a[i], b[i]):
         i += 1
     return i
 

@@ -31,6 +31,27 @@ def test_the_leading_messages_equal_to_the_previous_call_are_read_from_the_cache
     assert row.input_tokens is None and row.to_json()["inputTokens"] is None
 
 
+class Raising(dict):
+    def __eq__(self, other: object) -> bool:
+        raise RuntimeError("compared")
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def test_only_messages_sent_exactly_alike_are_read_from_the_cache():
+    # A provider's cache compares the bytes it is sent: keys reordered or 1 sent as True are
+    # new input from there on, whatever == says; no message's own __eq__ runs.
+    a, b = {"role": "user", "content": "x" * 100, "n": 1}, msg("assistant", 50)
+    for changed in ({"content": "x" * 100, "role": "user", "n": 1},
+                    {"role": "user", "content": "x" * 100, "n": True}):
+        row = price_calls([[a, b], [changed, b]])
+        assert row.cached_chars == 0
+    assert price_calls([[a, b], [dict(a), dict(b)]]).cached_chars == 150
+    hostile = Raising(a)
+    assert price_calls([[hostile, b], [hostile, b]]).cached_chars == 150  # the very object
+    assert price_calls([[hostile, b], [Raising(a), b]]).cached_chars == 0
+
+
 def test_tokens_with_a_counter_count_each_message():
     def words(text: str) -> int:
         return len(text.split())

@@ -8,6 +8,7 @@ from itertools import pairwise
 from typing import Any
 from unittest import mock
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -296,6 +297,40 @@ def test_the_memo_sees_a_message_changed_in_place():
     first = cut.process(messages)
     assert first.input == fresh.input
     assert first.cut.replayed == len(call_points(messages))  # the memo's entry was not used
+
+
+def _one_for_true(m: dict[str, Any]) -> dict[str, Any]:
+    return {**m, "meta": True}
+
+
+def _reordered(m: dict[str, Any]) -> dict[str, Any]:
+    return dict(reversed(list(m.items())))
+
+
+def _lying_text(m: dict[str, Any]) -> dict[str, Any]:
+    return {**m, "content": Text("x" * len(m["content"]))}
+
+
+@pytest.mark.parametrize("change", [_one_for_true, _reordered, _lying_text],
+                         ids=["1-becomes-True", "keys-reordered", "str-subclass-equal-to-all"])
+def test_the_memo_never_answers_for_messages_that_only_compare_equal(change):
+    # 1 == True, dicts compare without their key order, and a str subclass can say it equals
+    # anything; each is different input to a model, so a memo entry taken from the messages
+    # before such a change is not used: the call gets what a cold cut gives, byte for byte.
+    messages = tool_session(30)
+    for m in messages:
+        if m["role"] == "tool":
+            m["meta"] = 1
+    policy = clear_then_trim(20_000, 10_000)
+    cut = StableCut(policy, handlers=HANDLERS)
+    for point in calls_of(messages):
+        cut.process(messages[:point])
+    tool = next(k for k, m in enumerate(messages) if m["role"] == "tool")
+    changed = [*messages[:tool], change(messages[tool]), *messages[tool + 1:]]
+    warm = cut.process(changed)
+    cold = StableCut(policy, handlers=HANDLERS, memo_size=0).process(changed)
+    assert warm.cut.replayed == cold.cut.replayed == len(call_points(changed))
+    assert orjson.dumps(warm.input) == orjson.dumps(cold.input)  # values, types, key order
 
 
 class Text(str):
