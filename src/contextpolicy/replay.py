@@ -40,6 +40,17 @@ class Prices:
     cache_write: float = 3.75
     cache_read: float = 0.30
 
+    def __post_init__(self) -> None:
+        for name in ("input", "cache_write", "cache_read"):
+            value = getattr(self, name)
+            if type(value) not in (int, float) or not 0 <= value <= MAX_PRICE:
+                raise ValueError(f"{name}: expected a price from 0 to {MAX_PRICE:,} per million, "
+                                 f"got {value!r}")
+
+
+# A price per million units above this is no provider's; it also keeps every cost finite.
+MAX_PRICE = 1_000_000
+
 
 @dataclass
 class ReplayRow:

@@ -176,6 +176,9 @@ class StableCut:
     ) -> None:
         if type(memo_size) is not int or memo_size < 0:
             raise ValueError(f"memo_size: expected an integer >= 0, got {memo_size!r}")
+        if store is not None and not isinstance(store, SummaryStore):
+            raise TypeError(f"store: expected an object with get(key) and put(key, value) "
+                            f"(a SummaryStore), got {type(store).__name__}")
         self.prepared = prepare_agent_policy(policy, handlers, counter)
         self.store: SummaryStore = store if store is not None else MemoryStore()
         p = self.prepared

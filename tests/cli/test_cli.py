@@ -462,6 +462,16 @@ def test_bench_json_and_plot(tmp_path, request):
     assert (tmp_path / "bench.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_bench_refuses_a_plot_it_cannot_write_before_timing_anything(tmp_path):
+    for plot, says in ((tmp_path / "bench.unknown", "expected a file name ending in an image"),
+                       (tmp_path, "expected a file name ending in an image"),
+                       (tmp_path / "missing" / "bench.png", "cannot write: the folder")):
+        result = run("bench", "--sizes", "300", "--repeat", "1", "--plot", plot, timeout=60)
+        assert result.returncode == 2 and result.stdout == b""
+        assert says.encode() in result.stderr and b"Traceback" not in result.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, nothing left
+
+
 def test_bench_times_the_corpora(request):
     result = run("bench", "--sizes", "300", "--repeat", "1", "--json", "--no-langchain",
                  "--corpora", "chats,agent-traces", "--conversations", "40", timeout=300)

@@ -75,7 +75,20 @@ def test_with_no_arguments_it_prices_the_shipped_agent_policy_and_draws_the_plot
       '"fragmentId": "question", "targetChars": 1, "keepGroups": 0}]}'], 1,
      "cannot run on an agent's messages"),
     (["--counter", "words"], 2, "--counter: expected tiktoken:ENCODING"),
-    (["--cache-read-price", "-1"], 2, "--cache-read-price: expected a price >= 0"),
+    (["--cache-read-price", "-1"], 2, "--cache-read-price: expected a price from 0 to"),
+    (["--input-price", "inf", "--json"], 2, "--input-price: expected a price from 0 to"),
+    (["--cache-write-price", "nan"], 2, "--cache-write-price: expected a price from 0 to"),
+    (["--input-price", "1e308"], 2, "--input-price: expected a price from 0 to"),
+    (["--input-price", "1000000"], 2, "--input-price 1000000.0: cache_write: expected a price"),
+    (["--plot", "cost.unknown"], 2, "--plot 'cost.unknown': expected a file name ending in an "
+     "image format (.avif"),
+    (["--plot", ""], 2, "--plot '': expected a file name ending in an image format"),
+    (["--plot", "-"], 2, "--plot '-': expected a file name ending in an image format"),
+    (["--plot", "/nonexistent-folder/cost.png"], 2,
+     "--plot /nonexistent-folder/cost.png: cannot write: the folder"),
+    (["--policy", str(EXAMPLES / "policy-validate.json")], 1,
+     "a validate policy changes nothing"),
+    (["--policy", json.dumps(TRIM), "--policy", json.dumps(TRIM)], 2, "given twice"),
     (["--sessions", "0"], 2, "--sessions: expected a number >= 1"),
     (["--corpus", "nope"], 2, "--corpus: expected one of"),
 ])
@@ -83,6 +96,9 @@ def test_bad_arguments_are_one_clear_line(args, code, says, env):
     proc = run("replay", *args, env=env)
     assert proc.returncode == code, proc.stderr.decode()
     assert says in proc.stderr.decode()
+    assert proc.stdout == b""  # refused before any work: nothing printed
+    if code == 2:  # one line, no traceback (a policy's problems are listed one a line)
+        assert len(proc.stderr.decode().strip().splitlines()) == 1
 
 
 def test_bad_sessions_say_where(tmp_path, env):
@@ -91,10 +107,17 @@ def test_bad_sessions_say_where(tmp_path, env):
     proc = run("replay", bad, env=env)
     assert proc.returncode == 2
     assert f"{bad}:2: expected a session" in proc.stderr.decode()
-    bad.write_text('{"id": 1, "messages": [{"role": "user", "content": "hi"}, 7]}\n')
+    good = json.dumps({"id": 1, "messages": tool_session(3)})
+    bad.write_text(f'{good}\n\n\n{{"id": 2, "messages": [{{"role": "user"}}, 7]}}\n')
     proc = run("replay", bad, env=env)
-    assert proc.returncode == 2 and "session 1" in proc.stderr.decode()
-    assert "messages[1]" in proc.stderr.decode()
+    assert proc.returncode == 2  # the line the session is on, blank lines counted
+    assert f"{bad}:4: invalid context plan: messages[1]" in proc.stderr.decode()
+    for empty in ('{"id": 1, "messages": []}\n',
+                  '{"id": 1, "messages": [{"role": "user", "content": "hi"}]}\n'):
+        bad.write_text(empty)
+        proc = run("replay", bad, env=env)
+        assert proc.returncode == 2 and proc.stdout == b""
+        assert f"{bad}: no model call in it" in proc.stderr.decode()
     proc = run("replay", tmp_path / "missing.jsonl", env=env)
     assert proc.returncode == 2 and "missing.jsonl" in proc.stderr.decode()
 

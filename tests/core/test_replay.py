@@ -31,6 +31,14 @@ def test_the_leading_messages_equal_to_the_previous_call_are_read_from_the_cache
     assert row.input_tokens is None and row.to_json()["inputTokens"] is None
 
 
+@pytest.mark.parametrize("bad", [{"input": -1.0}, {"cache_read": float("nan")},
+                                 {"cache_write": float("inf")}, {"input": 2e6},
+                                 {"input": True}, {"cache_read": "0.3"}])
+def test_prices_are_numbers_from_zero_to_a_million(bad):
+    with pytest.raises(ValueError, match="expected a price from 0 to 1,000,000 per million"):
+        Prices(**bad)
+
+
 class Raising(dict):
     def __eq__(self, other: object) -> bool:
         raise RuntimeError("compared")

@@ -415,6 +415,12 @@ def test_bad_input_is_a_clear_error():
         StableCut({"mode": "audit", "mutableFragmentIds": ["history"]})
 
 
+def test_a_store_without_get_and_put_is_refused_when_the_cut_is_made():
+    with pytest.raises(TypeError, match=r"store: expected an object with get\(key\) and "
+                                        r"put\(key, value\) \(a SummaryStore\), got object"):
+        StableCut(trim(), store=object())  # type: ignore[arg-type]
+
+
 def test_async_runs_give_the_same_input():
     import asyncio
 

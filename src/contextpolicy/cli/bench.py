@@ -23,6 +23,7 @@ from ..synthetic import (
     measure_group_cut,
 )
 from .common import CliError
+from .plots import PlotFile, pyplot
 
 __all__ = ["cmd_bench", "run_bench"]
 
@@ -197,14 +198,8 @@ def run_bench(args: argparse.Namespace) -> list[dict[str, Any]]:
     return rows
 
 
-def _plot(rows: list[dict[str, Any]], path: str) -> None:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CliError("--plot needs matplotlib: pip install 'contextpolicy[plot]'") from None
+def _plot(rows: list[dict[str, Any]], plot: PlotFile) -> None:
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for impl in dict.fromkeys(r["implementation"] for r in rows):
         points = sorted((r["messages"], r["nsPerMessage"]) for r in rows
@@ -218,8 +213,7 @@ def _plot(rows: list[dict[str, Any]], path: str) -> None:
     ax.grid(True, which="both", alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    plot.save(fig)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -233,6 +227,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     if not args.input:
         sizes(args.sizes)  # before anything is timed
         corpora(args.corpora)
+    plot = PlotFile(args.plot) if args.plot is not None else None
     rows = run_bench(args)
     if args.json:
         print(json.dumps(rows, indent=2))
@@ -245,8 +240,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
             table.add_row(r["history"], r["implementation"], f"{r['nsPerMessage']:,.1f}",
                           f"{r['vsCompiled']:,.2f}x")
         Console(highlight=False).print(table)
-    if args.plot:
-        _plot(rows, args.plot)
+    if plot is not None:
+        _plot(rows, plot)
         if not args.json:
             print(f"wrote {args.plot}")
     return 0

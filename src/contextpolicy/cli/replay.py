@@ -5,21 +5,23 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
 
 from .common import CliError, example_path, stderr
 from .documents import document_name
+from .plots import PlotFile, pyplot
 from .policies import command_handlers, load_policy
 
 __all__ = ["cmd_replay"]
 
 
 
-def _sessions(args: argparse.Namespace) -> tuple[str, list[list[Any]]]:
-    """The sessions to replay, and what to call them: INPUT's transcripts, or a seeded
-    corpus."""
+def _sessions(args: argparse.Namespace) -> tuple[str, list[list[Any]], list[str]]:
+    """The sessions to replay, what to call them, and where each is (``FILE:LINE``): INPUT's
+    transcripts, or a seeded corpus."""
     if args.input is None:
         from ..synthetic import CORPORA, corpus
 
@@ -28,18 +30,21 @@ def _sessions(args: argparse.Namespace) -> tuple[str, list[list[Any]]]:
                            f"{args.corpus!r}")
         if args.sessions < 1:
             raise CliError(f"--sessions: expected a number >= 1, got {args.sessions}")
-        return (f"{args.sessions} seeded {args.corpus} sessions",
-                corpus(args.corpus, args.sessions))
-    return args.input, _read_sessions(args.input)
+        name = f"{args.sessions} seeded {args.corpus} sessions"
+        return (name, corpus(args.corpus, args.sessions),
+                [f"{name}: session {i + 1}" for i in range(args.sessions)])
+    sessions, lines = _read_sessions(args.input)
+    return args.input, sessions, [f"{args.input}:{line}" for line in lines]
 
 
-def _read_sessions(path: str) -> list[list[Any]]:
+def _read_sessions(path: str) -> tuple[list[list[Any]], list[int]]:
     import orjson
 
     from ..jsonl.diagnose import json_problem
     from ..jsonl.files import FileError, InputFile
 
     found: list[list[Any]] = []
+    lines: list[int] = []
     try:
         with InputFile(path) as source:
             for number, raw in source.lines():
@@ -51,11 +56,12 @@ def _read_sessions(path: str) -> list[list[Any]]:
                     raise CliError(f'{path}:{number}: expected a session {{"id", "messages"}} '
                                    "whose messages are an array")
                 found.append(doc["messages"])
+                lines.append(number)
     except FileError as exc:
         raise CliError(str(exc)) from None
     if not found:
         raise CliError(f'{path}: no session in it (expected lines {{"id", "messages"}})')
-    return found
+    return found, lines
 
 
 def _policies(args: argparse.Namespace, counter: Any) -> list[tuple[str, Any]]:
@@ -66,8 +72,18 @@ def _policies(args: argparse.Namespace, counter: Any) -> list[tuple[str, Any]]:
     if args.policy is None and args.handler is None and args.handlers is None:
         args.handlers = str(example_path("handlers-agent.json"))
     out = []
+    seen: dict[str, str] = {}
     for path in paths:
+        key = path if path == "-" else os.path.realpath(path)
+        if key in seen:
+            raise CliError(f"--policy {path}: given twice (as {seen[key]} before); each "
+                           "policy is replayed once")
+        seen[key] = path
         doc = load_policy(path)
+        if isinstance(doc, dict) and doc.get("mode") == "validate":
+            raise CliError(f"{document_name(path)}: a validate policy changes nothing, so its "
+                           "cuts cost what no reduction does (the 'none' row); replay prices "
+                           "reduce policies", code=1)
         handlers = command_handlers(args, doc)
         try:
             prepared = prepare_agent_policy(doc, handlers, counter)
@@ -101,21 +117,25 @@ def _counter(name: str | None) -> Any:
 
 
 def _prices(args: argparse.Namespace) -> Any:
-    from ..replay import Prices
+    from ..replay import MAX_PRICE, Prices
 
     for flag, value in (("--input-price", args.input_price),
                         ("--cache-write-price", args.cache_write_price),
                         ("--cache-read-price", args.cache_read_price)):
-        if value is not None and not value >= 0:
-            raise CliError(f"{flag}: expected a price >= 0, got {value}")
+        if value is not None and not 0 <= value <= MAX_PRICE:  # NaN and infinity too
+            raise CliError(f"{flag}: expected a price from 0 to {MAX_PRICE:,} per million, "
+                           f"got {value}")
     base = Prices()
     price = base.input if args.input_price is None else args.input_price
-    return Prices(
-        input=price,
-        cache_write=(price * base.cache_write / base.input if args.cache_write_price is None
-                     else args.cache_write_price),
-        cache_read=(price * base.cache_read / base.input if args.cache_read_price is None
-                    else args.cache_read_price))
+    try:
+        return Prices(
+            input=price,
+            cache_write=(price * base.cache_write / base.input if args.cache_write_price is None
+                         else args.cache_write_price),
+            cache_read=(price * base.cache_read / base.input if args.cache_read_price is None
+                        else args.cache_read_price))
+    except ValueError as exc:  # a cache price derived from --input-price
+        raise CliError(f"--input-price {price}: {exc}") from None
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -123,12 +143,16 @@ def cmd_replay(args: argparse.Namespace) -> int:
     from ..replay import price_policies
 
     prices = _prices(args)
-    if args.plot:
-        _plotting()  # before any work: a missing matplotlib is said first
+    # before any work: a missing matplotlib, a file name of no image format, a file that
+    # cannot be written
+    plot = PlotFile(args.plot) if args.plot is not None else None
     counter = _counter(args.counter)
     policies = _policies(args, counter)
-    name, sessions = _sessions(args)
-    total = sum(len(_calls(s, name, i)) for i, s in enumerate(sessions))
+    name, sessions, where = _sessions(args)
+    total = sum(len(_calls(s, at)) for s, at in zip(sessions, where, strict=True))
+    if total == 0:
+        raise CliError(f"{name}: no model call in it (a call is the messages before an "
+                       "assistant message; no session has one)")
     bar = _Progress(total, show=not args.quiet and not args.json)
     try:
         rows = price_policies(sessions, policies, prices=prices, counter=counter,
@@ -141,24 +165,25 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"sessions": len(sessions), "unit": unit, "prices": {
             "input": prices.input, "cacheWrite": prices.cache_write,
-            "cacheRead": prices.cache_read}, "rows": [r.to_json() for r in rows]}, indent=2))
+            "cacheRead": prices.cache_read}, "rows": [r.to_json() for r in rows]}, indent=2,
+            allow_nan=False))
     else:
         _table(rows, name, unit, prices)
-    if args.plot:
-        _plot(rows, args.plot, unit)
+    if plot is not None:
+        _plot(rows, plot, unit)
         if not args.json:
             print(f"wrote {args.plot}")
     return 0
 
 
-def _calls(messages: list[Any], name: str, index: int) -> list[int]:
+def _calls(messages: list[Any], where: str) -> list[int]:
     from ..errors import ContextPlanError
     from ..replay import session_calls
 
     try:
         return session_calls(messages)
     except ContextPlanError as exc:
-        raise CliError(f"{name}: session {index + 1}: {exc}") from None
+        raise CliError(f"{where}: {exc}") from None
 
 
 class _Progress:
@@ -208,19 +233,8 @@ def _table(rows: list[Any], name: str, unit: str, prices: Any) -> None:
     Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
 
 
-def _plotting() -> Any:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise CliError("--plot needs matplotlib: pip install 'contextpolicy[plot]'") from None
-    return plt
-
-
-def _plot(rows: list[Any], path: str, unit: str) -> None:
-    plt = _plotting()
+def _plot(rows: list[Any], plot: PlotFile, unit: str) -> None:
+    plt = pyplot()
     fig, (size, cost) = plt.subplots(1, 2, figsize=(11, 4.5))
     for r in rows:
         label = "no reduction" if r.cut == "none" else f"{r.policy}: {r.cut}"
@@ -237,9 +251,4 @@ def _plot(rows: list[Any], path: str, unit: str) -> None:
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize=8)
     fig.tight_layout()
-    try:
-        fig.savefig(path, dpi=120)
-    except OSError as exc:
-        raise CliError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    finally:
-        plt.close(fig)
+    plot.save(fig)
