@@ -15,6 +15,7 @@ made only of Python's own types).
 from __future__ import annotations
 
 import threading
+import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from contextvars import ContextVar
@@ -113,7 +114,12 @@ class _Stored:
         self.handler, self.handler_id, self.store = handler, handler_id, store
 
     def _stored(self, key: str | None) -> Any | None:
-        value = self.store.get(key) if key is not None else None
+        # A store is a cache: one that fails is a miss (said), never the step's failure.
+        try:
+            value = self.store.get(key) if key is not None else None
+        except Exception as exc:
+            self._failed("get", exc, "the handler is called instead")
+            return None
         if value is not None:
             _count(True)
             return snapshot(value)
@@ -124,7 +130,15 @@ class _Stored:
         if key is not None:
             copy = snapshot(value)
             if copy is not None:
-                self.store.put(key, copy)
+                try:
+                    self.store.put(key, copy)
+                except Exception as exc:
+                    self._failed("put", exc, "its output is used but not kept, so a later "
+                                 "call pays for it again")
+
+    def _failed(self, method: str, exc: Exception, then: str) -> None:
+        warnings.warn(f"the summary store's {method} raised {type(exc).__name__}: {exc}; "
+                      f"handler {self.handler_id!r}: {then}", RuntimeWarning, stacklevel=4)
 
     def __call__(self, request: Any) -> Any:
         key = _key(self.handler, self.handler_id, request)

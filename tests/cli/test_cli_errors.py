@@ -551,3 +551,35 @@ def test_a_document_named_with_a_trailing_slash_is_the_file(workdir):
                            capture_output=True, cwd=workdir)
     assert empty.returncode == 2
     assert b"cannot read the policy (Is a directory)" in empty.stderr
+
+
+@pytest.mark.parametrize("args, says", [
+    (["reduce", "--policy", "-"], "INPUT and --policy"),
+    (["reduce", "-", "--policy", "-"], "INPUT and --policy"),
+    (["reduce", "in.jsonl", "--policy", "-", "--handlers", "-"], "--handlers and --policy"),
+    (["replay", "-", "--policy", "-"], "INPUT and --policy"),
+    (["replay", "in.jsonl", "--policy", "p.json", "--policy", "-", "--policy", "-"],
+     "--policy and --policy"),
+    (["audit", "-", "--policy", "-"], "PLAN and --policy"),
+    (["validate", "-", "--plan", "-"], "--plan and POLICY"),
+])
+def test_standard_input_named_twice_is_refused_before_it_is_read(workdir, args, says):
+    # The second document would be read from what the first left: nothing, and a confusing
+    # error about the wrong document.
+    policy = json.dumps({"mode": "validate"}).encode()
+    result = run(*args, stdin=policy, cwd=workdir)
+    assert result.returncode == 2 and result.stdout == b""
+    assert one_line(result) == (f"contextpolicy {args[0]}: error: standard input can be read "
+                                f"once, but {says} both name it (-): give all but one of them "
+                                "as a file")
+
+
+def test_standard_input_named_once_is_read(workdir):
+    policy = json.dumps({"mode": "reduce", "triggerChars": 10, "steps": [
+        {"id": "t", "kind": "trim", "fragmentId": "history", "targetChars": 5,
+         "keepGroups": 1}]})
+    (workdir / "in.jsonl").write_text(json.dumps({"id": "a", "messages": [
+        {"role": "user", "content": "hi"}]}) + "\n")
+    result = run("reduce", "in.jsonl", "--policy", "-", "-q", stdin=policy.encode(), cwd=workdir)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["id"] == "a"

@@ -134,4 +134,22 @@ def test_a_token_policy_replays_with_a_counter_only(tmp_path, env):
          "keepGroups": 1}]}
     (tmp_path / "tokens.json").write_text(json.dumps(tokens))
     proc = run("replay", "--sessions", "1", "--policy", tmp_path / "tokens.json", env=env)
-    assert proc.returncode == 1 and "counter" in proc.stderr.decode()
+    assert proc.returncode == 1, proc.stderr.decode()
+    assert "(give --counter tiktoken:ENCODING or hf:TOKENIZER.json)" in proc.stderr.decode()
+
+
+def test_a_narrow_terminal_never_cuts_a_figure_short(monkeypatch, capsys):
+    from contextpolicy.cli.replay import _table
+    from contextpolicy.replay import ReplayRow
+
+    rows = [ReplayRow(None, "none", calls=48, input_chars=192_584, cached_chars=176_600,
+                      peak_chars=8_012, cost=113.058),
+            ReplayRow("/a/long/folder/of/policies/policy-reduce.json", "stable", calls=48,
+                      input_chars=72_164, cached_chars=32_474, peak_chars=1_991, cost=158.6142)]
+    monkeypatch.setenv("COLUMNS", "60")
+    monkeypatch.setattr("sys.stdout.isatty", lambda: True)
+    _table(rows, "s.jsonl", "chars", Prices())
+    out = capsys.readouterr().out
+    assert "…" not in out
+    for figure in ("192,584", "72,164", "113.0580", "158.6142", "1.40x", "91.7%", "45.0%"):
+        assert figure in out

@@ -381,6 +381,43 @@ def test_a_summary_is_stored_by_the_content_it_replaced_and_never_asked_for_twic
                for m in again.input)
 
 
+class FailingStore:
+    def __init__(self, fails: str) -> None:
+        self.fails, self.items = fails, MemoryStore()
+
+    def get(self, key: str) -> Any:
+        if self.fails == "get":
+            raise OSError("store down")
+        return self.items.get(key)
+
+    def put(self, key: str, value: Any) -> None:
+        if self.fails == "put":
+            raise OSError("store down")
+        self.items.put(key, value)
+
+
+@pytest.mark.parametrize("fails", ["get", "put"])
+def test_a_store_that_fails_is_a_miss_that_is_said_never_a_lost_summary(fails):
+    # A store is a cache: the summariser's output is used whatever the store does, and the
+    # failure is a warning naming the store, not the step's error blamed on the handler.
+    def model(text: str, target: int) -> str:
+        return "summary"
+
+    policy = {"mode": "reduce", "triggerChars": 20_000, "targetInputChars": 10_000, "steps": [
+        {"id": "sum", "kind": "compress", "fragmentId": "history", "handlerId": "summarize",
+         "targetChars": 2_000, "keepGroups": 1}]}
+    handlers = registry(summarize(model))
+    messages = tool_session(30)
+    working = StableCut(policy, handlers=handlers, memo_size=0).process(messages)
+    with pytest.warns(RuntimeWarning, match=f"the summary store's {fails} raised OSError: "
+                                            "store down; handler 'summarize'"):
+        failing = StableCut(policy, handlers=handlers, store=FailingStore(fails),
+                            memo_size=0).process(messages)
+    assert failing.input == working.input
+    assert all(s.status != "error" for s in failing.report.steps)
+    assert failing.cut.handler_calls == working.cut.handler_calls >= 2
+
+
 def test_the_sources_name_the_message_each_input_message_is_or_stands_for():
     messages = tool_session(30)
     result = StableCut(clear_then_trim(20_000, 10_000), handlers=HANDLERS).process(

@@ -292,6 +292,27 @@ def _flush_stdout() -> OSError | None:
     return None
 
 
+def _stdin_once(args: argparse.Namespace) -> None:
+    """Standard input can be read once: a run that names it (``-``) for two documents would
+    read the second from what the first left (nothing), and say something confusing."""
+    named = []
+    given = getattr(args, "input", None)
+    if args.command == "reduce" and given is None and args.policy is not None:
+        given = "-"  # reduce's INPUT left out: standard input
+    plan = "--plan" if args.command == "validate" else "PLAN"
+    for flag, value in (("INPUT", given), (plan, getattr(args, "plan", None)),
+                        ("--handlers", getattr(args, "handlers", None))):
+        if value == "-":
+            named.append(flag)
+    policies = getattr(args, "policy", None)
+    for value in policies if isinstance(policies, list) else [policies]:
+        if value == "-":
+            named.append("--policy" if args.command != "validate" else "POLICY")
+    if len(named) > 1:
+        raise CliError(f"standard input can be read once, but {' and '.join(named)} both name "
+                       "it (-): give all but one of them as a file")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     _hold_closed_standard_streams()
@@ -301,6 +322,7 @@ def main(argv: list[str] | None = None) -> int:
         with args.signals:
             if args.command != "reduce" and sys.stdout is None:
                 raise CliError("standard output is closed: there is nowhere to write the result")
+            _stdin_once(args)
             try:
                 code = int(args.func(args))
             except Exception:

@@ -90,7 +90,9 @@ def _policies(args: argparse.Namespace, counter: Any) -> list[tuple[str, Any]]:
         except ContextPolicyError as exc:
             lines = [f"{document_name(path)}: this policy cannot run on an agent's messages "
                      f"({len(exc.issues)} problem(s)):"]
-            lines += [f"  {issue}" for issue in exc.issues]
+            lines += [f"  {issue}".replace(  # the command's spelling of the library's option
+                "(pass counter=...)", "(give --counter tiktoken:ENCODING or hf:TOKENIZER.json)")
+                for issue in exc.issues]
             raise CliError("\n".join(lines), code=1) from None
         shown = document_name(path)
         out.append((Path(shown).name if args.policy is None else shown, prepared))
@@ -219,18 +221,28 @@ def _table(rows: list[Any], name: str, unit: str, prices: Any) -> None:
                   title_justify="left", caption_justify="left",
                   caption=f"{unit}; per million: cache read {prices.cache_read:g}, cache write "
                   f"{prices.cache_write:g}")
-    for column in ("policy", "cut", "calls", f"input {unit}", "cache hit", f"peak {unit}",
-                   "cost", "vs none"):
-        table.add_column(column, justify="left" if column in ("policy", "cut") else "right")
+    cells = []
     for r in rows:
         tokens = r.input_tokens is not None
-        table.add_row(
+        cells.append((
             r.policy or "-", r.cut, f"{r.calls:,}",
             f"{(r.input_tokens if tokens else r.input_chars):,}", f"{r.cache_hit:.1%}",
             f"{(r.peak_tokens if tokens else r.peak_chars):,}", f"{r.cost:,.4f}",
-            f"{r.cost / none.cost:.2f}x" if none.cost else "-")
-    # A file or a pipe gets the table whole, at a width no terminal imposes.
-    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table)
+            f"{r.cost / none.cost:.2f}x" if none.cost else "-"))
+    columns = ("policy", "cut", "calls", f"input {unit}", "cache hit", f"peak {unit}", "cost",
+               "vs none")
+    for k, column in enumerate(columns):
+        # On a narrow terminal the headers wrap and a policy's name folds onto more lines; a
+        # figure is never cut short.
+        widest = max(len(row[k]) for row in cells)
+        table.add_column(column, justify="left" if k < 2 else "right", overflow="fold",
+                         min_width=min(widest, 8) if k == 0 else widest)
+    for row in cells:
+        table.add_row(*row)
+    # A file or a pipe gets the table whole, at a width no terminal imposes; a terminal too
+    # narrow for it gets its lines whole too (wrapped by the terminal, never cropped).
+    Console(highlight=False, width=None if sys.stdout.isatty() else 160).print(table,
+                                                                                 crop=False)
 
 
 def _plot(rows: list[Any], plot: PlotFile, unit: str) -> None:
