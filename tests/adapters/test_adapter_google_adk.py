@@ -21,8 +21,11 @@ from google.genai import types
 from contextpolicy import ContextPlanError, ContextPolicyError
 from contextpolicy.accounting import measure_messages
 from contextpolicy.adapters.google_adk import (
+    INSTRUCTION_BEGIN,
+    INSTRUCTION_END,
     content_dicts,
     context_policy_callback,
+    is_instruction,
     request_tools,
 )
 from contextpolicy.handlers import clear_tool_results
@@ -58,10 +61,11 @@ def fake_model(recorder: Recorder) -> BaseLlm:
             contents = llm_request.contents
             recorder.requests.append((list(contents), copy.deepcopy(contents),
                                       llm_request.config))
-            if any(p.function_response for p in contents[-1].parts or ()):
+            last = [c for c in contents if not is_instruction(c)][-1]
+            if any(p.function_response for p in last.parts or ()):
                 part = types.Part(text="It is at the depot.")
             else:
-                asked = contents[-1].parts[0].text
+                asked = last.parts[0].text
                 part = types.Part(function_call=types.FunctionCall(
                     name="lookup", args={"q": asked[:20]}))
             yield LlmResponse(content=types.Content(role="model", parts=[part]))
@@ -69,7 +73,8 @@ def fake_model(recorder: Recorder) -> BaseLlm:
     return Fake(model="fake")
 
 
-def run_agent(callback: Any, turns: int) -> tuple[Recorder, list[Any]]:
+def run_agent(callback: Any, turns: int, static: str | None = None,
+              ) -> tuple[Recorder, list[Any]]:
     """``turns`` questions through an agent with ``callback``; what the model got, and the
     contents the session's events hold at the end."""
     recorder = Recorder()
@@ -80,7 +85,7 @@ def run_agent(callback: Any, turns: int) -> tuple[Recorder, list[Any]]:
 
     probe.__name__ = "probe"
     agent = LlmAgent(name="tracker", model=fake_model(recorder), instruction=INSTRUCTION,
-                     tools=[lookup], before_model_callback=probe)
+                     static_instruction=static, tools=[lookup], before_model_callback=probe)
     runner = InMemoryRunner(agent=agent, app_name="app")
     session = asyncio.run(runner.session_service.create_session(app_name="app", user_id="u"))
     for t in range(turns):
@@ -135,6 +140,45 @@ def test_the_model_sees_the_reduced_contents_and_the_session_keeps_everything():
         fired += result.report.triggered
     assert 0 < fired < 20  # the stable cut fires only when its kept input passes the trigger
     assert keep.last_cut is not None and keep.last_cut.last_cut is not None
+
+
+def test_our_markers_are_adks():
+    from google.adk.flows.llm_flows.context import _fencing
+
+    assert (INSTRUCTION_BEGIN, INSTRUCTION_END) == (_fencing._INSTRUCTION_BEGIN,
+                                                    _fencing._INSTRUCTION_END)
+
+
+@pytest.mark.parametrize("keep_groups", [0, 1])
+@pytest.mark.parametrize("cut", ["stable", "plain"])
+def test_an_instruction_adk_puts_among_the_contents_is_protected_and_never_the_question(
+        keep_groups, cut):
+    # With a static instruction, ADK sends the agent's dynamic instruction as a user content
+    # among the turns (before the question, or after the tool's response): it is counted with
+    # the system instruction, kept where ADK put it, and the question stays the user's.
+    policy = copy.deepcopy(POLICY)
+    policy["steps"][0]["keepGroups"] = keep_groups
+    reports = []
+    keep = context_policy_callback(policy, cut=cut, on_report=reports.append)
+    recorder, _ = run_agent(keep, 12, static="You answer in one line.")
+    assert len(recorder.requests) == 24 == len(reports)
+    trimmed = 0
+    for (sent, _, config), handed, result in zip(recorder.requests, recorder.handed, reports,
+                                                 strict=True):
+        held = [c for c in handed if is_instruction(c)]
+        assert len(held) == 1 and INSTRUCTION in held[0].parts[0].text
+        assert held[0] in sent  # kept, the very object, in ADK's order with the others
+        at = [next(i for i, h in enumerate(handed) if h is c) for c in sent]
+        assert at == sorted(at) and at[-1] == len(handed) - 1
+        fragments = {f.id: f for f in result.report.fragments}
+        assert fragments["instructions"].chars_after == (
+            len(config.system_instruction) + 2 + len(held[0].parts[0].text))
+        question = [h for h in handed if not is_instruction(h) and h.role == "user"
+                    and h.parts[0].text is not None][-1]
+        assert question in sent  # the user's own question, never cut
+        assert fragments["question"].chars_after == len(question.parts[0].text)
+        trimmed += len(sent) < len(handed)
+    assert trimmed > 0
 
 
 def test_the_stable_cut_keeps_the_prefix_the_plain_cut_breaks():

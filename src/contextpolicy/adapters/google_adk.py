@@ -128,6 +128,29 @@ def content_dicts(contents: Sequence[Any], path: str = "contents") -> list[dict[
     return [content_dict(c, i, path, ids) for i, c in enumerate(contents)]
 
 
+# ADK's fences around an agent's dynamic instruction when it also has a static one: ADK then
+# sends the instruction as a ``user`` content of the request (``_label_dynamic_instruction`` in
+# google.adk.flows.llm_flows.prompt), its text between these markers and any marker inside it
+# elided, so only ADK writes a text that ends with the end marker after the begin marker.
+INSTRUCTION_BEGIN = "<<<BEGIN_SYSTEM_INSTRUCTION>>>"
+INSTRUCTION_END = "<<<END_SYSTEM_INSTRUCTION>>>"
+
+
+def is_instruction(content: Any) -> bool:
+    """``content`` is an instruction ADK placed among the contents (see above): a ``user``
+    content of text parts whose text is fenced by ADK's instruction markers."""
+    parts = getattr(content, "parts", None)
+    if getattr(content, "role", None) != "user" or not parts:
+        return False
+    texts: list[str] = [t for p in parts if type(t := getattr(p, "text", None)) is str]
+    if len(texts) != len(parts) or any(
+            getattr(p, "function_call", None) is not None or getattr(p, "thought", None)
+            or getattr(p, "function_response", None) is not None for p in parts):
+        return False
+    text = "".join(texts).rstrip()
+    return text.endswith(INSTRUCTION_END) and INSTRUCTION_BEGIN in text
+
+
 def _new_part(block: Any, was: Any, types: Any) -> Any:
     """The part for a changed block; ``was``: the original part at its place (``None``: the
     handler wrote it). A changed part is the original with that change, so its other fields
@@ -216,6 +239,39 @@ def request_tools(config: Any) -> str | None:
                        if hasattr(t, "model_dump") else t for t in tools])
 
 
+class _Request:
+    """A request's contents split into the turns the policy reduces (``picked``, their indices)
+    and the instructions ADK placed among them (``held``), which the policy counts with the
+    system instruction and :meth:`rebuilt` puts back where they were: before the first kept
+    content that followed them, or last."""
+
+    def __init__(self, contents: list[Any]) -> None:
+        self.contents = contents
+        self.held = [i for i, c in enumerate(contents) if is_instruction(c)]
+        held = set(self.held)
+        self.picked = [i for i in range(len(contents)) if i not in held]
+        self.messages = [contents[i] for i in self.picked]
+
+    def dicts(self) -> list[dict[str, Any]]:
+        ids = _CallIds()
+        return [content_dict(self.contents[i], i, "llm_request.contents", ids)
+                for i in self.picked]
+
+    def rebuilt(self, out: list[tuple[int, Any]]) -> list[Any]:
+        """``out`` (each kept content with the index of the one it came from, in order) with
+        the held instructions put back."""
+        if not self.held:
+            return [c for _, c in out]
+        result: list[Any] = []
+        waiting = list(self.held)
+        for at, content in out:
+            while waiting and waiting[0] < at:
+                result.append(self.contents[waiting.pop(0)])
+            result.append(content)
+        result += [self.contents[h] for h in waiting]
+        return result
+
+
 class ContextPolicyCallback(LastResult):
     """A ``before_model_callback`` that runs a context policy before every model call (see
     :func:`context_policy_callback`). It replaces ``llm_request.contents`` with the contents
@@ -272,7 +328,7 @@ class ContextPolicyCallback(LastResult):
         if self.calls is not None:
             self.calls.sent(callback_context, result)
 
-    def _given(self, llm_request: Any) -> tuple[list[Any], list[dict[str, Any]], str | None,
+    def _given(self, llm_request: Any) -> tuple[_Request, list[dict[str, Any]], str | None,
                                                  str | None]:
         contents = getattr(llm_request, "contents", None)
         if not isinstance(contents, list):
@@ -280,17 +336,24 @@ class ContextPolicyCallback(LastResult):
                 f"expected a list of contents, got {type(contents).__name__}",
                 path="llm_request.contents", code="invalid-messages")
         config = getattr(llm_request, "config", None)
-        return (contents, content_dicts(contents, "llm_request.contents"),
-                _instructions(config), request_tools(config))
+        request = _Request(contents)
+        instructions = _instructions(config)
+        if request.held:  # ADK's own instructions among the contents: protected, never a turn
+            texts = [instructions] if instructions is not None else []
+            texts += ["".join(p.text for p in contents[h].parts) for h in request.held]
+            instructions = "\n\n".join(texts)
+        return request, request.dicts(), instructions, request_tools(config)
 
     @staticmethod
     def _plan(dicts: list[dict[str, Any]], instructions: str | None, tools: str | None) -> Any:
         return agent_plan(dicts, instructions=instructions, tools=tools,
                           path="llm_request.contents")
 
-    def _finish(self, llm_request: Any, contents: list[Any], dicts: list[dict[str, Any]],
+    def _finish(self, llm_request: Any, request: _Request, dicts: list[dict[str, Any]],
                 instructions: str | None, tools: str | None, result: ContextResult) -> None:
         from google.genai import types
+
+        contents = request.messages
 
         skip = (instructions is not None) + (tools is not None)
         kept = result.input[skip:]
@@ -302,13 +365,18 @@ class ContextPolicyCallback(LastResult):
             traced = origins(dicts, kept)
             sources = [o.source if o is not None else None for o in traced]
             unchanged = [o is not None and o.unchanged for o in traced]
-        out = [contents[s] if s is not None and as_it_was else
-               content_of(d, contents[s] if s is not None else None,
-                          dicts[s] if s is not None else None, types)
-               for d, s, as_it_was in zip(kept, sources, unchanged, strict=True)]
+        at = -1  # a content a handler made stands where the content before it stood
+        placed: list[tuple[int, Any]] = []
+        for d, s, as_it_was in zip(kept, sources, unchanged, strict=True):
+            at = request.picked[s] if s is not None else at
+            placed.append((at, contents[s] if s is not None and as_it_was else content_of(
+                d, contents[s] if s is not None else None, dicts[s] if s is not None else None,
+                types)))
+        out = request.rebuilt(placed)
         self.last_result = result
-        if not (len(out) == len(contents) and all(a is b for a, b in zip(out, contents,
-                                                                           strict=True))):
+        given = request.contents
+        if not (len(out) == len(given) and all(a is b for a, b in zip(out, given,
+                                                                        strict=True))):
             llm_request.contents = out
         if self.on_report is not None:
             self.on_report(result)
