@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 from collections.abc import AsyncGenerator
 from typing import Any
 
@@ -239,6 +240,14 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ContextPlanError) as info:
         keep(None, LlmRequest.model_construct(contents=[types.Content(role="user"), 42]))
     assert info.value.issues[0].path == "llm_request.contents[1]"
+
+
+def test_a_tool_response_counts_its_compact_json_as_every_adapter_does():
+    response = {"status": "at the depot", "scans": [1, 2, 3], "where": {"city": "Köln"}}
+    content = types.Content(role="user", parts=[types.Part(function_response=types.
+                            FunctionResponse(name="lookup", response=response))])
+    block = content_dicts([content])[0]["content"][0]
+    assert block["content"] == json.dumps(response, ensure_ascii=False, separators=(",", ":"))
 
 
 def test_a_changed_content_keeps_its_other_parts_and_their_signatures():

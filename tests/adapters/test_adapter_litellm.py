@@ -208,6 +208,9 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ContextPlanError) as info:
         keep([SYSTEM, 42])
     assert info.value.issues[0].path.startswith("messages[1]")
+    for tools in ("nope", {"type": "function"}, 7):
+        with pytest.raises(TypeError, match="tools: expected a list of tool schemas"):
+            keep([SYSTEM], tools=tools)
 
 
 TRACK = {"type": "function", "function": {

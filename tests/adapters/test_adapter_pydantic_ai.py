@@ -499,8 +499,11 @@ def test_a_message_that_is_not_a_pydantic_ai_message_is_a_plan_error_naming_it()
     with pytest.raises(ContextPlanError, match="cannot be read as a model is sent it") as info:
         processor([ModelRequest(parts=[UserPromptPart("q")]), unsendable])
     assert info.value.issues[0].path == "messages[1]"
-    with pytest.raises(ContextPlanError, match="expected a list"):
-        processor("not messages")
+    for bad in ("not messages", 5, (m for m in [ModelRequest(parts=[UserPromptPart("q")])])):
+        with pytest.raises(ContextPlanError, match="expected a list of Pydantic AI messages"):
+            processor(bad)
+        with pytest.raises(ContextPlanError, match="expected a list of Pydantic AI messages"):
+            asyncio.run(processor.areduce(bad))
     with pytest.raises(TypeError, match="RunContext and the messages; got a list"):
         processor([], [])
 

@@ -68,7 +68,8 @@ def part_words(part: Any) -> int:
         call = part.function_call
         return words(f"{call.name} {json.dumps(call.args, ensure_ascii=False)}")
     if part.function_response:
-        return words(json.dumps(part.function_response.response, ensure_ascii=False))
+        return words(json.dumps(part.function_response.response, ensure_ascii=False,
+                                separators=(",", ":")))  # the compact JSON the adapter counts
     return words(part.text or "")
 
 

@@ -125,6 +125,10 @@ def tools_text(schemas: Sequence[Any] | None) -> str | None:
     """The ``tools`` fragment's text: the tool schemas (JSON-like dicts, as the framework sends
     them to the provider) as one compact JSON array, in their order; ``None`` for none. A value
     JSON cannot hold is written as its ``str``."""
+    if schemas is None:
+        return None
+    if not isinstance(schemas, (list, tuple)):
+        raise TypeError(f"tools: expected a list of tool schemas, got {type(schemas).__name__}")
     if not schemas:
         return None
     return json.dumps(list(schemas), ensure_ascii=False, separators=(",", ":"), default=str)

@@ -71,7 +71,8 @@ def _part_block(part: Any, ids: _CallIds) -> dict[str, Any]:
                 "input": dict(call.args or {})}
     if response is not None:
         return {"type": "tool_result", "tool_use_id": ids.response(response.id, response.name),
-                "content": json.dumps(response.response, ensure_ascii=False, default=str)}
+                "content": json.dumps(response.response, ensure_ascii=False, default=str,
+                                      separators=(",", ":"))}  # compact, as every adapter
     text = getattr(part, "text", None)
     if text is not None:
         if getattr(part, "thought", None):

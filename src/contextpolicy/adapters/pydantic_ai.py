@@ -324,6 +324,7 @@ class ContextPolicyProcessor(_Reports):
     def __call__(self, ctx: RunContext[Any], messages: Any = _NOTHING, /  # type: ignore[misc]
                  ) -> Any:
         context, messages = _split_args(ctx, messages, "ContextPolicyProcessor")
+        _listed(messages, "messages")  # not a list: the one clear error, before anything reads it
         if self._reducer.sent is not None:  # the answer to what the last call returned
             self._reducer.sent.answered_in_history(messages)
         if self._reducer.is_async:
@@ -341,6 +342,7 @@ class ContextPolicyProcessor(_Reports):
                       ) -> Any:
         """The processor for async code (``ProcessHistory(processor.areduce)``)."""
         context, messages = _split_args(ctx, messages, "areduce")
+        _listed(messages, "messages")
         if self._reducer.sent is not None:  # the answer to what the last call returned
             self._reducer.sent.answered_in_history(messages)
         return await self._areduce(context, messages)
