@@ -1,11 +1,17 @@
-"""Arrow tables of transcripts for the columnar path's tests, and what ``reduce_table`` must give
-for a row."""
+"""Arrow tables of transcripts for the columnar path's tests (their types, policies and
+strategies), and what ``reduce_table`` must give for a row."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
+from hypothesis import strategies as st
 
 from contextpolicy import ContextPlan, process_context
+
+if TYPE_CHECKING:
+    from contextpolicy.batch import Reduced
 
 FUNCTION = pa.struct([("name", pa.string()), ("arguments", pa.string())])
 
@@ -15,6 +21,10 @@ CALL = pa.struct([("id", pa.string()), ("type", pa.string()), ("function", FUNCT
 
 MESSAGE = pa.struct([("role", pa.string()), ("content", pa.string()),
                      ("tool_calls", pa.list_(CALL)), ("tool_call_id", pa.string())])
+
+
+PART = pa.struct([("type", pa.string()), ("text", pa.string()), ("id", pa.string()),
+                  ("tool_use_id", pa.string())])
 
 
 def expected(row: list, policy, **kwargs):
@@ -57,3 +67,58 @@ def corpus_rows(kind: str, n: int, seed: int) -> list[list[dict]]:
         rows = [[dict(m, content=[{"type": "text", "text": m["content"]}])
                  if isinstance(m.get("content"), str) else m for m in r] for r in rows]
     return rows
+
+
+# The policies and the per-row check of the reduce_table suites.
+
+
+def trim(target: int, keep: int = 1, grouping: str = "user-turn", fid: str = "history",
+         sid: str = "t") -> dict:
+    return {"id": sid, "kind": "trim", "fragmentId": fid, "targetChars": target,
+            "keepGroups": keep, "grouping": {"kind": grouping}}
+
+
+def reduce_policy(*steps: dict, trigger: int = 100, target: int | None = 50) -> dict:
+    doc = {"mode": "reduce", "triggerChars": trigger, "steps": list(steps)}
+    if target is not None:
+        doc["targetInputChars"] = target
+    return doc
+
+
+def assert_rows_match(table, policy, out: Reduced, column: str = "messages", **kwargs):
+    rows = table.column(column).to_pylist()
+    names = [f.name for f in table.schema.field(column).type.value_type]
+    figures = out.figures.to_pylist()
+    got = out.table.column(column).to_pylist()
+    assert len(figures) == len(rows) == out.table.num_rows
+    for i, row in enumerate(rows):
+        result = expected(row, policy, **kwargs)
+        report = result.report
+        f = figures[i]
+        assert got[i] == filled(result.input, names), i
+        assert (f["chars_before"], f["chars_after"], f["messages_before"], f["messages_after"],
+                f["triggered"], f["target_reached"], f["missed_reason"]) == (
+            report.before.chars, report.after.chars, report.before.messages,
+            report.after.messages, report.triggered, report.target_reached,
+            report.missed_reason), i
+        groups = sum((s.groups_before or 0) - (s.groups_after or 0) for s in report.steps
+                     if s.status == "applied" and s.kind == "trim")
+        assert f["groups_removed"] == groups, i
+        assert [tuple(w.values()) for w in f["warnings"]] == [
+            (w.code, w.fragment_id, w.index, w.tool_call_id) for w in report.warnings], i
+        if "counter" in kwargs:
+            assert (f["tokens_before"], f["tokens_after"]) == (
+                report.before.tokens, report.after.tokens)
+
+
+POLICY = reduce_policy(trim(400), trigger=500, target=400)
+
+# Transcripts as Arrow holds them (nulls for missing keys): the parts every strategy draws on.
+ids = st.sampled_from(["a", "b", "c", "call_1"]) | st.none()
+words = st.text(st.characters(codec="utf-8"), max_size=40) | st.sampled_from(
+    ["", "😀" * 30, "订单 " * 40, "x" * 300])
+call = st.fixed_dictionaries({
+    "id": ids, "type": st.just("function"),
+    "function": st.none() | st.fixed_dictionaries({"name": words | st.none(),
+                                                   "arguments": words | st.none()}),
+})
