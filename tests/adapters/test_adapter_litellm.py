@@ -11,6 +11,7 @@ import asyncio
 import copy
 import json
 import os
+from typing import Any
 
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
@@ -208,6 +209,16 @@ def test_bad_input_gets_a_clear_error():
     with pytest.raises(ContextPlanError) as info:
         keep([SYSTEM, 42])
     assert info.value.issues[0].path.startswith("messages[1]")
+    async def shorter(request: Any) -> Any:
+        return request.content
+
+    waited = ContextPolicyMessages({**POLICY, "steps": [
+        {"id": "c", "kind": "compress", "fragmentId": "history", "handlerId": "mine",
+         "targetChars": 10}]}, handlers={"mine": shorter})
+    with pytest.raises(ContextPolicyError, match=r"handler 'mine' is a coroutine function: "
+                                                 r"await this object's areduce"):
+        waited([SYSTEM])
+    assert asyncio.run(waited.areduce([SYSTEM])) == [SYSTEM]
     for tools in ("nope", {"type": "function"}, 7):
         with pytest.raises(TypeError, match="tools: expected a list of tool schemas"):
             keep([SYSTEM], tools=tools)

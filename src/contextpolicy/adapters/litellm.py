@@ -31,7 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..core import aprocess_context, process_context
 from ..counters._base import checked_count, exact_text, import_extra
-from ..errors import ContextPlanError
+from ..errors import ContextPlanError, ContextPolicyError
+from ..prepared import is_async_callable
 from ..stable import CutReport, StableCut, checked_cut
 from ._agent import agent_plan, prepare_agent_policy, tools_text
 from ._items import LastResult, as_items, kept_items, traced_items
@@ -120,6 +121,13 @@ class ContextPolicyMessages(LastResult):
 
     def __call__(self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None,
                  path: str = "messages") -> list[Any]:
+        waited = next((hid for hid, h in self.prepared.handlers.items()
+                       if is_async_callable(h)), None)
+        if waited is not None:  # this object's own remedy, not the core's
+            raise ContextPolicyError(
+                f"handler {waited!r} is a coroutine function: await this object's "
+                "areduce(messages, tools=...) instead of calling it", path="handlers",
+                code="async-handler")
         items, back = as_items(_messages(messages, path))
         text = tools_text(tools)
         skip = text is not None
