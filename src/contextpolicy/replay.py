@@ -42,14 +42,20 @@ class Prices:
 
     def __post_init__(self) -> None:
         for name in ("input", "cache_write", "cache_read"):
-            value = getattr(self, name)
-            if type(value) not in (int, float) or not 0 <= value <= MAX_PRICE:
-                raise ValueError(f"{name}: expected a price from 0 to {MAX_PRICE:,} per million, "
-                                 f"got {value!r}")
+            problem = price_problem(getattr(self, name))
+            if problem is not None:
+                raise ValueError(f"{name}: {problem}")
 
 
 # A price per million units above this is no provider's; it also keeps every cost finite.
 MAX_PRICE = 1_000_000
+
+
+def price_problem(value: Any) -> str | None:
+    """What is wrong with ``value`` as a price per million units (``None``: nothing)."""
+    if type(value) not in (int, float) or not 0 <= value <= MAX_PRICE:  # NaN, infinity too
+        return f"expected a price from 0 to {MAX_PRICE:,} per million, got {value!r}"
+    return None
 
 
 @dataclass

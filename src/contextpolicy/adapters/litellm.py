@@ -104,6 +104,9 @@ class ContextPolicyMessages(LastResult):
         self.stable = StableCut(self.prepared, store=store) if cut == "stable" else None
         self.last_result: ContextResult | None = None
         self._usage = anchored_counter(self.prepared)
+        # a coroutine handler: calling this (not areduce) is refused
+        self._waited = next((hid for hid, h in self.prepared.handlers.items()
+                             if is_async_callable(h)), None)
 
     def record(self, response: Any, result: ContextResult | None = None) -> bool:
         """Record the prompt tokens ``response`` (LiteLLM's ``ModelResponse`` of the call sent
@@ -121,11 +124,9 @@ class ContextPolicyMessages(LastResult):
 
     def __call__(self, messages: Sequence[Any], *, tools: Sequence[Any] | None = None,
                  path: str = "messages") -> list[Any]:
-        waited = next((hid for hid, h in self.prepared.handlers.items()
-                       if is_async_callable(h)), None)
-        if waited is not None:  # this object's own remedy, not the core's
+        if self._waited is not None:  # this object's own remedy, not the core's
             raise ContextPolicyError(
-                f"handler {waited!r} is a coroutine function: await this object's "
+                f"handler {self._waited!r} is a coroutine function: await this object's "
                 "areduce(messages, tools=...) instead of calling it", path="handlers",
                 code="async-handler")
         items, back = as_items(_messages(messages, path))

@@ -30,9 +30,10 @@ class PlotFile:
     def __init__(self, path: str) -> None:
         from ..jsonl.files import AtomicOutput, FileError
 
-        plt = pyplot()
-        formats = sorted(plt.figure().canvas.get_supported_filetypes())
-        plt.close("all")
+        pyplot()
+        from matplotlib.backend_bases import FigureCanvasBase
+
+        formats = sorted(FigureCanvasBase.get_supported_filetypes())
         self.format = Path(path).suffix.lower().lstrip(".")
         if self.format not in formats:
             raise CliError(f"--plot {path!r}: expected a file name ending in an image format "

@@ -119,14 +119,14 @@ def _counter(name: str | None) -> Any:
 
 
 def _prices(args: argparse.Namespace) -> Any:
-    from ..replay import MAX_PRICE, Prices
+    from ..replay import Prices, price_problem
 
     for flag, value in (("--input-price", args.input_price),
                         ("--cache-write-price", args.cache_write_price),
                         ("--cache-read-price", args.cache_read_price)):
-        if value is not None and not 0 <= value <= MAX_PRICE:  # NaN and infinity too
-            raise CliError(f"{flag}: expected a price from 0 to {MAX_PRICE:,} per million, "
-                           f"got {value}")
+        problem = price_problem(value) if value is not None else None
+        if problem is not None:
+            raise CliError(f"{flag}: {problem}")
     base = Prices()
     price = base.input if args.input_price is None else args.input_price
     try:
