@@ -94,3 +94,32 @@ def test_a_session_is_priced_at_each_model_call_for_every_cut():
     none, plain, stable_row = rows
     assert none.cache_hit > stable_row.cache_hit > plain.cache_hit
     assert stable_row.cost < plain.cost < none.cost * 2
+
+
+def test_the_shipped_agent_policy_costs_at_most_06_of_its_plain_cut_on_agent_traces():
+    # The replay figure of the stable cut: the shipped agent policy on the agent-trace corpus
+    # (the benchmark's 40 traces), every call priced as a prompt cache bills it.
+    import json
+    from importlib import resources
+
+    from contextpolicy.handlers import from_config
+    from contextpolicy.synthetic import agent_trace_corpus
+
+    examples = resources.files("contextpolicy").joinpath("examples")
+    policy = json.loads(examples.joinpath("policy-agent.json").read_text("utf-8"))
+    handlers = from_config(json.loads(examples.joinpath("handlers-agent.json").read_text("utf-8")))
+    sessions = agent_trace_corpus(40, seed=0)
+    per_session: list[int] = []
+    none, plain, stable = price_policies(sessions, [("agent", prepare_agent_policy(
+        policy, handlers))], progress=per_session.append)
+    assert stable.cost <= 0.6 * plain.cost
+    assert stable.cost < 0.6 * none.cost and stable.cache_hit > 0.9
+    # Every call's input within the trigger plus what that call added to the session.
+    k = 0
+    for calls in per_session:
+        before = 0
+        for size, whole in zip(stable.sizes[k:k + calls], none.sizes[k:k + calls], strict=True):
+            assert size <= policy["triggerChars"] + whole - before
+            before = whole
+        k += calls
+    assert k == stable.calls > 2_000
