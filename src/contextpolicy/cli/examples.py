@@ -17,7 +17,8 @@ EXAMPLE_FILES: dict[str, str] = {
     "policy-reduce.json": "the seed's reduce policy: trim the history by user turns",
     "policy-compress.json": "clear old tool results, shorten long texts, then trim the history",
     "handlers.json": "parameters of the built-in handlers, for reduce --handlers",
-    "policy-agent.json": "an agent's policy: old tool results cleared, long texts cut, then the trim",
+    "policy-agent.json":
+        "an agent's policy: old tool results cleared, long texts cut, then a trim",
     "handlers-agent.json": "its handlers: clear-tool-results and truncate-messages, in batches",
     "policy-validate.json": "the validate policy",
     "policy-audit.json": "an audit policy: only the history may change",
