@@ -97,7 +97,9 @@ class StepReport(ReportModel):
     """What one reduction step did. ``reason`` is a stable code:
 
     applied: ``trimmed``, ``keep-groups-floor`` (the floor kept the fragment above its target),
-    ``compressed``; unchanged: ``within-target``, ``keep-groups-floor``, ``nothing-to-compress``;
+    ``compressed``; unchanged: ``within-target``, ``keep-groups-floor``, ``nothing-to-compress``
+    (every group kept verbatim, or a built-in handler gave its input back: nothing to do, or
+    less than its batch);
     skipped: ``not-triggered``, ``target-reached``, ``fragment-absent`` (the step names the
     history and the plan has none: ``ContextPlan.from_messages`` leaves it out of a first turn),
     ``fragment-empty`` (the step's messages fragment holds no message); failed:

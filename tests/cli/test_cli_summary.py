@@ -91,7 +91,7 @@ def test_the_table_says_whether_the_policy_worked(tmp_path, env, jobs):
         assert key in rows, key
 
 
-def test_a_failed_step_is_counted_with_its_reason(tmp_path, env):
+def test_a_step_that_could_not_act_is_counted_with_its_reason(tmp_path, env):
     handlers = tmp_path / "handlers.json"
     handlers.write_text(json.dumps({"short": {"handler": "truncate-messages",
                                               "maxChars": 10**6}}))
@@ -105,10 +105,14 @@ def test_a_failed_step_is_counted_with_its_reason(tmp_path, env):
     report = json.loads((tmp_path / "report.json").read_text())
     wanted = expected_summary(report)
     assert {key: report["summary"][key] for key in wanted} == wanted
-    # A truncation to a million chars changes nothing: the step fails (not smaller).
-    assert wanted["missedReasons"]["step-failed"] > 0
+    # A truncation to a million chars has nothing to cut: the step waits (unchanged), it does
+    # not fail, and the runs that missed their target say no step could act.
+    assert wanted["missedReasons"]["step-failed"] == 0
+    assert wanted["missedReasons"]["no-step-could-act"] > 0
     rows = table_rows(done.stderr)
-    assert rows["missed target: step-failed"] == str(wanted["missedReasons"]["step-failed"])
+    assert rows["missed target: no-step-could-act"] == str(
+        wanted["missedReasons"]["no-step-could-act"])
+    assert "missed target: step-failed" not in rows
     assert rows["lines parsed"] == "15" and "lines read as bytes" not in rows
 
 

@@ -104,3 +104,30 @@ def test_batched_clearing_rewrites_the_history_at_fewer_calls():
                                                                len(messages)]]
         rewrites[least] = sum(1 for a, b in pairwise(inputs) if b[:len(a)] != a)
     assert rewrites[8_000] * 3 <= rewrites[0]
+
+
+@pytest.mark.parametrize("handler", [clear_tool_results(keep=1, clear_at_least=50_000),
+                                     truncate_messages(max_chars=500, min_gain=50_000),
+                                     clear_tool_results(keep=10)])
+def test_a_built_in_handler_that_waits_leaves_its_step_unchanged_not_failed(handler):
+    # Below its batch, or with nothing to do, a built-in handler gives its input back: the step
+    # waits. It is not a failure: the run's missed reason does not blame a step, and a caller
+    # who asked to raise on a failed step gets no error.
+    plan = {"fragments": [{"id": "history", "kind": "history", "messages": history(7)}]}
+    for on_step_error in ("continue", "raise"):
+        result = process_context(plan, compress(handler.handler_id), handlers=registry(handler),
+                                 on_step_error=on_step_error)
+        (step,) = result.report.steps
+        assert (step.status, step.reason) == ("unchanged", "nothing-to-compress")
+        assert step.message is not None and "returned its input" in step.message
+        assert step.chars_after == step.chars_before and step.handler_figures is None
+        assert result.report.missed_reason == "no-step-could-act"
+        assert result.input == history(7)
+
+
+def test_a_handler_of_the_caller_that_returns_its_input_still_fails():
+    plan = {"fragments": [{"id": "history", "kind": "history", "messages": history(3)}]}
+    result = process_context(plan, compress("mine"), handlers={"mine": lambda r: list(r.content)})
+    (step,) = result.report.steps
+    assert (step.status, step.reason) == ("failed", "not-smaller")
+    assert result.report.missed_reason == "step-failed"

@@ -129,7 +129,8 @@ def test_clear_tool_results_clears_all_but_the_newest(fmt, keep):
             k: v for k, v in new.items() if k not in strip}
     step = result.report.steps[0]
     if not cleared:
-        assert (step.status, step.reason, step.handler_figures) == ("failed", "not-smaller", None)
+        assert (step.status, step.reason, step.handler_figures) == (
+            "unchanged", "nothing-to-compress", None)
         assert new_history is history
         return
     assert (step.status, step.reason) == ("applied", "compressed")
@@ -263,7 +264,7 @@ def test_clear_is_not_applied_twice_and_keeps_its_first_count():
     assert once.report.steps[0].status == "applied"
     # Nothing left to clear: the results already cleared keep the count of their first run.
     assert (twice.report.steps[0].status, twice.report.steps[0].reason) == (
-        "failed", "not-smaller")
+        "unchanged", "nothing-to-compress")
     assert twice.input == once.input
 
 

@@ -16,12 +16,14 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
+from .. import _kernel
 from .._build import built
 from .._read import exact_str
 from .._tables import GROUPING_CODES
 from ..accounting import FragmentMeasure, input_tokens, measure_messages
 from ..content import plain_copy
 from ..errors import ContextCancelledError, ContextPlanError, ContextStepError
+from ..handlers._base import BuiltinHandler
 from ..plan import Fragment
 from ..policy import CompressStep, ReducePolicy, TrimStep
 from ..policy.watermark import targets_met, triggered
@@ -147,9 +149,10 @@ def _compress(
         target_chars=step.target_chars, chars_before=before.chars, tokens_before=before.tokens,
     )
 
-    def unchanged(reason: str, groups: int | None = None) -> StepReport:
+    def unchanged(reason: str, groups: int | None = None, message: str | None = None
+                  ) -> StepReport:
         return StepReport(
-            status="unchanged", reason=reason, chars_after=before.chars,
+            status="unchanged", reason=reason, message=message, chars_after=before.chars,
             tokens_after=before.tokens, groups_before=groups, groups_after=groups, **common,
         )
 
@@ -186,7 +189,8 @@ def _compress(
         kept=None if kept is None else plain_copy(kept),
         target_chars=step.target_chars, step_id=step.id, counter=ctx.counter, cancel=ctx.cancel,
     )
-    reply = yield HandlerCall(ctx.handlers[step.handler_id], request)
+    handler = ctx.handlers[step.handler_id]
+    reply = yield HandlerCall(handler, request)
     ctx.check_cancel()
     if reply.error is not None:
         if isinstance(reply.error, ContextCancelledError):
@@ -196,6 +200,12 @@ def _compress(
             "handler-error", f"handler {step.handler_id!r} raised {type(err).__name__}: {err}",
             groups,
         )
+    if isinstance(handler, BuiltinHandler) and _kernel.exact_same(request.content, reply.value):
+        # A built-in handler gives its input back when it has nothing to do, or less than its
+        # batch (clear_at_least, min_gain): a step that waits, not one that failed.
+        return fragment, before, unchanged("nothing-to-compress", groups, (
+            f"handler {step.handler_id!r} returned its input: nothing to compress, or less "
+            "than its batch"))
     return _compressed(ctx, step, fragment, before, content, kept, reply.value, groups, failed,
                        common)
 
