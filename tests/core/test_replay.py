@@ -98,7 +98,7 @@ def test_a_session_is_priced_at_each_model_call_for_every_cut():
 
 def test_the_shipped_agent_policy_costs_at_most_06_of_its_plain_cut_on_agent_traces():
     # The replay figure of the stable cut: the shipped agent policy on the agent-trace corpus
-    # (the benchmark's 40 traces), every call priced as a prompt cache bills it.
+    # (the first 40 of the benchmark's 200 traces), every call priced as a prompt cache bills it.
     import json
     from importlib import resources
 
@@ -114,6 +114,7 @@ def test_the_shipped_agent_policy_costs_at_most_06_of_its_plain_cut_on_agent_tra
         policy, handlers))], progress=per_session.append)
     assert stable.cost <= 0.6 * plain.cost
     assert stable.cost < 0.6 * none.cost and stable.cache_hit > 0.9
+    assert plain.cost > 0.9 * none.cost  # this policy's plain cut: about what none costs
     # Every call's input within the trigger plus what that call added to the session.
     k = 0
     for calls in per_session:
@@ -123,3 +124,40 @@ def test_the_shipped_agent_policy_costs_at_most_06_of_its_plain_cut_on_agent_tra
             before = whole
         k += calls
     assert k == stable.calls > 2_000
+
+
+def test_the_shipped_agent_policy_never_sends_an_empty_history():
+    # A turn whose tool results alone pass the target is kept (the trim keeps at least one
+    # group), the cut plain or stable, with the question or without (a stored history).
+    import json
+    from importlib import resources
+
+    from contextpolicy import process_context
+    from contextpolicy.adapters._agent import agent_plan
+    from contextpolicy.handlers import from_config
+
+    examples = resources.files("contextpolicy").joinpath("examples")
+    policy = json.loads(examples.joinpath("policy-agent.json").read_text("utf-8"))
+    handlers = from_config(json.loads(examples.joinpath("handlers-agent.json").read_text("utf-8")))
+    prepared = prepare_agent_policy(policy, handlers)
+    calls = [{"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
+             for i in range(2)]
+    session = [
+        {"role": "system", "content": "You fix bugs."},
+        {"role": "user", "content": "My name is Ana."}, {"role": "assistant", "content": "Hi Ana."},
+        {"role": "user", "content": "Read both logs."},
+        {"role": "assistant", "content": None, "tool_calls": calls},
+        {"role": "tool", "tool_call_id": "c0", "content": "a" * 31_000},
+        {"role": "tool", "tool_call_id": "c1", "content": "b" * 31_000},
+        {"role": "assistant", "content": "Both logs show the same crash."},
+        {"role": "user", "content": "So fix it."},
+    ]
+    # The model's input (the question last), and a stored history that ends with the answer.
+    for messages, question, last in ((session, True, "So fix it."),
+                                     (session[:-1], False, "Both logs show the same crash.")):
+        plain = process_context(agent_plan(messages, question=question), prepared).input
+        stable = StableCut(prepared).process(messages, question=question).input
+        for sent in (plain, stable):
+            assert any(m.get("content") == "Read both logs." for m in sent)
+            assert sent[-1]["content"] == last and sent[0]["role"] == "system"
+            assert len(sent) == 7 - (not question)
