@@ -10,7 +10,6 @@ with the variant's middleware."""
 from __future__ import annotations
 
 import json
-from importlib import resources
 
 import pytest
 
@@ -18,7 +17,6 @@ pytestmark = pytest.mark.extras
 
 from contextpolicy.adapters.langchain import ContextPolicyMiddleware  # noqa: E402
 from contextpolicy.adapters.openai_agents import context_policy_input_filter  # noqa: E402
-from contextpolicy.handlers import from_config  # noqa: E402
 from tests.support.cache_agents import (  # noqa: E402
     TRIM_POLICY,
     langchain_run,
@@ -26,19 +24,18 @@ from tests.support.cache_agents import (  # noqa: E402
     langchain_trim_messages,
     openai_agents_run,
 )
+from tests.support.replays import shipped_agent_policy  # noqa: E402
 
 from .conftest import best_of  # noqa: E402
-
-EXAMPLES = resources.files("contextpolicy").joinpath("examples")
 
 
 def _best(fn, passes: int = 3) -> float:
     return best_of(fn, passes)
 
 
-def _agent_policy():
-    return (json.loads(EXAMPLES.joinpath("policy-agent.json").read_text("utf-8")),
-            from_config(json.loads(EXAMPLES.joinpath("handlers-agent.json").read_text("utf-8"))))
+def _agent_policy() -> dict:
+    policy, handlers = shipped_agent_policy()
+    return {"policy": policy, "handlers": handlers}
 
 
 LANGCHAIN = {
@@ -49,14 +46,14 @@ LANGCHAIN = {
     "ours stable (default)": lambda: [ContextPolicyMiddleware(TRIM_POLICY)],
     "ours persist": lambda: [ContextPolicyMiddleware(TRIM_POLICY, mode="persist")],
     "agent policy stable (default)": lambda: [
-        ContextPolicyMiddleware(_agent_policy()[0], handlers=_agent_policy()[1])],
+        ContextPolicyMiddleware(**_agent_policy())],
 }
 OPENAI = {
     "none": lambda: None,
     "ours plain": lambda: context_policy_input_filter(TRIM_POLICY, cut="plain"),
     "ours stable (default)": lambda: context_policy_input_filter(TRIM_POLICY),
     "agent policy stable (default)": lambda: context_policy_input_filter(
-        _agent_policy()[0], handlers=_agent_policy()[1]),
+        **_agent_policy()),
 }
 
 
@@ -129,7 +126,7 @@ def test_agent_traces_priced(benchmark):
 
     sessions = json.loads(json.dumps(agent_trace_corpus(20, seed=0)))
     prepared = prepare_agent_policy(TRIM_POLICY)
-    policy, handlers = _agent_policy()
+    policy, handlers = shipped_agent_policy()
     agent = prepare_agent_policy(policy, handlers)
     none, plain, stable, agent_plain, agent_stable = price_policies(
         sessions, [("trim", prepared), ("agent", agent)])

@@ -16,23 +16,20 @@
 from __future__ import annotations
 
 import json
-from importlib import resources
 
 import pytest
 
 from contextpolicy import process_context
 from contextpolicy.adapters._agent import agent_plan, prepare_agent_policy
-from contextpolicy.handlers import from_config
 from contextpolicy.replay import price_policies
 from contextpolicy.stable import StableCut
 from contextpolicy.synthetic import agent_trace_corpus
 from tests.support.cache_agents import TRIGGER, TRIM_POLICY
-from tests.support.replays import persisted, tool_session
+from tests.support.replays import persisted, shipped_agent_policy, tool_session
 
 from .conftest import best_of, cached, measuring
 
 PASSES = 5
-EXAMPLES = resources.files("contextpolicy").joinpath("examples")
 
 
 
@@ -83,9 +80,7 @@ def test_replay_prices_the_shipped_agent_policy_on_agent_traces(benchmark, reque
     n = 200 if measuring(request.config) else 4
     sessions = cached(("replay-traces", n),
                       lambda: json.loads(json.dumps(agent_trace_corpus(n, seed=0))))
-    policy = json.loads(EXAMPLES.joinpath("policy-agent.json").read_text("utf-8"))
-    handlers = from_config(json.loads(EXAMPLES.joinpath("handlers-agent.json").read_text("utf-8")))
-    prepared = prepare_agent_policy(policy, handlers)
+    prepared = prepare_agent_policy(*shipped_agent_policy())
     rows = price_policies(sessions, [("agent", prepared)])
     none, plain, stable = rows
     assert stable.cost < plain.cost and stable.cache_hit > plain.cache_hit

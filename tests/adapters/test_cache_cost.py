@@ -4,17 +4,12 @@ figures (sizes and prices, no timing): the claims of the cache-stable cut."""
 
 from __future__ import annotations
 
-import json
-from importlib import resources
-from typing import Any
-
 import pytest
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
 from contextpolicy.adapters.langchain import ContextPolicyMiddleware  # noqa: E402
 from contextpolicy.adapters.openai_agents import context_policy_input_filter  # noqa: E402
-from contextpolicy.handlers import from_config  # noqa: E402
 from tests.support.cache_agents import (  # noqa: E402
     TRIGGER,
     TRIM_POLICY,
@@ -23,15 +18,10 @@ from tests.support.cache_agents import (  # noqa: E402
     langchain_trim_messages,
     openai_agents_run,
 )
+from tests.support.replays import shipped_agent_policy  # noqa: E402
 
-EXAMPLES = resources.files("contextpolicy").joinpath("examples")
 # One call adds at most a question, a tool call, its ~3,300-char result and an answer.
 GROWTH = 4_500
-
-
-def agent_policy() -> tuple[dict[str, Any], dict[str, Any]]:
-    return (json.loads(EXAMPLES.joinpath("policy-agent.json").read_text("utf-8")),
-            from_config(json.loads(EXAMPLES.joinpath("handlers-agent.json").read_text("utf-8"))))
 
 
 def test_the_middleware_at_its_defaults_keeps_the_cache_and_costs_what_persist_does():
@@ -56,7 +46,7 @@ def test_the_plain_cut_is_what_made_an_ephemeral_reduction_dear():
 
 
 def test_the_shipped_agent_policy_costs_at_most_053_of_no_reduction():
-    policy, handlers = agent_policy()
+    policy, handlers = shipped_agent_policy()
     none = langchain_run([]).priced("none")
     run = langchain_run([ContextPolicyMiddleware(policy, handlers=handlers)])
     row = run.priced("agent")
@@ -66,7 +56,7 @@ def test_the_shipped_agent_policy_costs_at_most_053_of_no_reduction():
 
 
 def test_the_openai_agents_filter_at_its_defaults_does_the_same():
-    policy, handlers = agent_policy()
+    policy, handlers = shipped_agent_policy()
     none = openai_agents_run(None).priced("none")
     stable = openai_agents_run(context_policy_input_filter(TRIM_POLICY))
     plain = openai_agents_run(context_policy_input_filter(TRIM_POLICY, cut="plain")).priced("p")

@@ -8,7 +8,7 @@ import pytest
 from contextpolicy.adapters._agent import prepare_agent_policy
 from contextpolicy.replay import Prices, price_calls, price_policies, session_calls
 from contextpolicy.stable import StableCut
-from tests.support.replays import call_points, tool_session
+from tests.support.replays import call_points, shipped_agent_policy, tool_session
 
 pytestmark = pytest.mark.usefixtures("pipeline_kernel")
 
@@ -99,15 +99,9 @@ def test_a_session_is_priced_at_each_model_call_for_every_cut():
 def test_the_shipped_agent_policy_costs_at_most_06_of_its_plain_cut_on_agent_traces():
     # The replay figure of the stable cut: the shipped agent policy on the agent-trace corpus
     # (the first 40 of the benchmark's 200 traces), every call priced as a prompt cache bills it.
-    import json
-    from importlib import resources
-
-    from contextpolicy.handlers import from_config
     from contextpolicy.synthetic import agent_trace_corpus
 
-    examples = resources.files("contextpolicy").joinpath("examples")
-    policy = json.loads(examples.joinpath("policy-agent.json").read_text("utf-8"))
-    handlers = from_config(json.loads(examples.joinpath("handlers-agent.json").read_text("utf-8")))
+    policy, handlers = shipped_agent_policy()
     sessions = agent_trace_corpus(40, seed=0)
     per_session: list[int] = []
     none, plain, stable = price_policies(sessions, [("agent", prepare_agent_policy(
@@ -129,17 +123,10 @@ def test_the_shipped_agent_policy_costs_at_most_06_of_its_plain_cut_on_agent_tra
 def test_the_shipped_agent_policy_never_sends_an_empty_history():
     # A turn whose tool results alone pass the target is kept (the trim keeps at least one
     # group), the cut plain or stable, with the question or without (a stored history).
-    import json
-    from importlib import resources
-
     from contextpolicy import process_context
     from contextpolicy.adapters._agent import agent_plan
-    from contextpolicy.handlers import from_config
 
-    examples = resources.files("contextpolicy").joinpath("examples")
-    policy = json.loads(examples.joinpath("policy-agent.json").read_text("utf-8"))
-    handlers = from_config(json.loads(examples.joinpath("handlers-agent.json").read_text("utf-8")))
-    prepared = prepare_agent_policy(policy, handlers)
+    prepared = prepare_agent_policy(*shipped_agent_policy())
     calls = [{"id": f"c{i}", "type": "function", "function": {"name": "read", "arguments": "{}"}}
              for i in range(2)]
     session = [

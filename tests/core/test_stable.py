@@ -18,7 +18,7 @@ from contextpolicy._trim_replay import TrimRuns
 from contextpolicy.handlers import clear_tool_results, registry, summarize, truncate_messages
 from contextpolicy.stable import StableCut, StableResult
 from contextpolicy.stores import MemoryStore
-from tests.support.replays import call_points, persisted, tool_session
+from tests.support.replays import call_points, persisted, shipped_agent_policy, tool_session
 
 pytestmark = pytest.mark.usefixtures("pipeline_kernel")
 
@@ -469,15 +469,9 @@ def test_async_runs_give_the_same_input():
 
 
 def test_every_call_of_agent_traces_stays_within_the_trigger_plus_what_it_added():
-    import json
-    from importlib import resources
-
-    from contextpolicy.handlers import from_config
     from contextpolicy.synthetic import agent_trace_corpus
 
-    examples = resources.files("contextpolicy").joinpath("examples")
-    policy = json.loads(examples.joinpath("policy-agent.json").read_text("utf-8"))
-    handlers = from_config(json.loads(examples.joinpath("handlers-agent.json").read_text("utf-8")))
+    policy, handlers = shipped_agent_policy()
     calls = 0
     for session in agent_trace_corpus(6, seed=3):
         cut, before = StableCut(policy, handlers=handlers), 0

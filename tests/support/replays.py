@@ -3,11 +3,24 @@ every model call of a session, its result kept as the next call's history."""
 
 from __future__ import annotations
 
+import json
 import random
+from importlib import resources
 from typing import Any
 
 from contextpolicy import process_context
 from contextpolicy.adapters._agent import agent_plan
+
+
+def shipped_agent_policy() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The shipped agent policy (``policy-agent.json``) and its handlers, registered from
+    ``handlers-agent.json``."""
+    from contextpolicy.handlers import from_config
+
+    examples = resources.files("contextpolicy").joinpath("examples")
+    policy = json.loads(examples.joinpath("policy-agent.json").read_text("utf-8"))
+    handlers = from_config(json.loads(examples.joinpath("handlers-agent.json").read_text("utf-8")))
+    return policy, handlers
 
 
 def is_model_output(message: Any) -> bool:
