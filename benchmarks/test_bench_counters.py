@@ -29,11 +29,8 @@ Measure with ``pytest benchmarks/test_bench_counters.py -m extras --benchmark-en
 
 from __future__ import annotations
 
-import base64
-import gzip
 import statistics
 import time
-from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -75,25 +72,9 @@ def trace_pieces(request) -> list[str]:
 
 def _stock_tiktoken(name: str) -> Any:
     """Stock tiktoken's Encoding, built offline from the ranks in bpe-openai's wheel."""
-    import tiktoken
-    import tiktoken_ext.openai_public as openai_public
+    from tests.support.tiny_tokenizers import stock_tiktoken
 
-    def ranks(*args: Any, **kwargs: Any) -> dict[bytes, int]:
-        out = {}
-        data = resources.files("bpe_openai.data").joinpath(f"{name}.tiktoken.gz")
-        with data.open("rb") as raw, gzip.open(raw, "rt", encoding="ascii") as lines:
-            for line in lines:
-                if line.strip():
-                    token, rank = line.split()
-                    out[base64.b64decode(token)] = int(rank)
-        return out
-
-    saved = openai_public.load_tiktoken_bpe
-    openai_public.load_tiktoken_bpe = ranks
-    try:
-        return tiktoken.Encoding(**getattr(openai_public, name)())
-    finally:
-        openai_public.load_tiktoken_bpe = saved
+    return stock_tiktoken(name)
 
 
 def _trained_bpe(pieces: list[str]) -> Any:

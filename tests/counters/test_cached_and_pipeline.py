@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import pickle
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -21,19 +20,9 @@ from contextpolicy import (
     synthetic,
 )
 from contextpolicy.counters import Counter, _tiktoken, cached, hf_counter, tiktoken_counter
-from tests.support.tiny_tokenizers import CHATML, pieces_of, save_bpe_json, save_word_json
+from tests.support.tiny_tokenizers import CHATML, pieces_of
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
-
-
-@pytest.fixture(scope="module")
-def word_json(tmp_path_factory) -> Path:
-    return save_word_json(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def bpe_json(tmp_path_factory) -> Path:
-    return save_bpe_json(tmp_path_factory)
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,17 +6,13 @@ installing ``contextpolicy[tiktoken,hf]``; every module test runs on both kernel
 
 from __future__ import annotations
 
-import base64
 import contextlib
-import gzip
 import json
 import pickle
 import socket
 import subprocess
 import sys
 import textwrap
-from importlib import resources
-from pathlib import Path
 
 import bpe_openai
 import pytest
@@ -29,10 +25,9 @@ from contextpolicy.counters import Counter, _tiktoken, cached, hf_counter, tikto
 from tests.support.tiny_tokenizers import (
     CHATML,
     pieces_of,
-    save_bpe_json,
-    save_word_json,
     word_tokenizer,
 )
+from tests.support.tiny_tokenizers import stock_tiktoken as build_stock_tiktoken
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
 
@@ -57,17 +52,6 @@ unicode_text = st.one_of(
 # Stock tiktoken, built offline from the ranks bpe-openai ships (never downloaded).
 
 
-def bundled_ranks(encoding: str) -> dict[bytes, int]:
-    ranks = {}
-    data = resources.files("bpe_openai.data").joinpath(f"{encoding}.tiktoken.gz")
-    with data.open("rb") as raw, gzip.open(raw, "rt", encoding="ascii") as lines:
-        for line in lines:
-            if line.strip():
-                token, rank = line.split()
-                ranks[base64.b64decode(token)] = int(rank)
-    return ranks
-
-
 @contextlib.contextmanager
 def no_network():
     def refuse(*args, **kwargs):
@@ -88,18 +72,8 @@ def no_network():
 def stock_tiktoken():
     """``{encoding: tiktoken.Encoding}`` built with the network refused: the ranks from
     bpe-openai's wheel, the pattern and special tokens from tiktoken_ext."""
-    import tiktoken
-    import tiktoken_ext.openai_public as openai_public
-    built = {}
-    saved = openai_public.load_tiktoken_bpe
-    try:
-        with no_network():
-            for name in _tiktoken.ENCODINGS:
-                openai_public.load_tiktoken_bpe = lambda *a, _n=name, **k: bundled_ranks(_n)
-                built[name] = tiktoken.Encoding(**getattr(openai_public, name)())
-    finally:
-        openai_public.load_tiktoken_bpe = saved
-    return built
+    with no_network():
+        return {name: build_stock_tiktoken(name) for name in _tiktoken.ENCODINGS}
 
 
 # ---------------------------------------------------------------------------------------------
@@ -264,16 +238,6 @@ def test_tiktoken_counter_pickles_by_name_and_rebuilds_in_a_fresh_process():
 
 # ---------------------------------------------------------------------------------------------
 # hf_counter: a WordLevel tokenizer whose figures can be counted by hand, and a small BPE.
-
-
-@pytest.fixture(scope="module")
-def word_json(tmp_path_factory) -> Path:
-    return save_word_json(tmp_path_factory)
-
-
-@pytest.fixture(scope="module")
-def bpe_json(tmp_path_factory) -> Path:
-    return save_bpe_json(tmp_path_factory)
 
 
 def test_hf_counter_counts_without_the_post_processor(word_json):

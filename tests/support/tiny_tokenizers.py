@@ -1,10 +1,14 @@
 """Tokenizers built in the counters' suites (a WordLevel one whose figures can be counted by
-hand, a small BPE), their ChatML template, and the text pieces a counter counts. Imports
-``tokenizers`` at top level: for the ``extras`` modules only."""
+hand, a small BPE, stock tiktoken built offline), their ChatML template, and the text pieces a
+counter counts. Imports ``tokenizers`` at top level: for the ``extras`` modules only."""
 
 from __future__ import annotations
 
+import base64
+import gzip
+from importlib import resources
 from pathlib import Path
+from typing import Any
 
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
@@ -65,3 +69,29 @@ def save_bpe_json(tmp_path_factory) -> Path:
     path = tmp_path_factory.mktemp("models") / "tiny-bpe.json"
     bpe_tokenizer().save(str(path))
     return path
+
+
+def bundled_ranks(encoding: str) -> dict[bytes, int]:
+    """The BPE ranks of ``encoding`` as bpe-openai's wheel ships them (never downloaded)."""
+    ranks = {}
+    data = resources.files("bpe_openai.data").joinpath(f"{encoding}.tiktoken.gz")
+    with data.open("rb") as raw, gzip.open(raw, "rt", encoding="ascii") as lines:
+        for line in lines:
+            if line.strip():
+                token, rank = line.split()
+                ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+def stock_tiktoken(name: str) -> Any:
+    """Stock tiktoken's Encoding ``name``: the ranks from :func:`bundled_ranks`, the pattern and
+    special tokens from tiktoken_ext."""
+    import tiktoken
+    import tiktoken_ext.openai_public as openai_public
+
+    saved = openai_public.load_tiktoken_bpe
+    openai_public.load_tiktoken_bpe = lambda *args, **kwargs: bundled_ranks(name)
+    try:
+        return tiktoken.Encoding(**getattr(openai_public, name)())
+    finally:
+        openai_public.load_tiktoken_bpe = saved
