@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import pickle
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -20,9 +21,19 @@ from contextpolicy import (
     synthetic,
 )
 from contextpolicy.counters import Counter, _tiktoken, cached, hf_counter, tiktoken_counter
-from tests.support.tiny_tokenizers import CHATML, pieces_of
+from tests.support.tiny_tokenizers import CHATML, pieces_of, save_bpe_json, save_word_json
 
 pytestmark = [pytest.mark.extras, pytest.mark.usefixtures("pipeline_kernel")]
+
+
+@pytest.fixture(scope="module")
+def word_json(tmp_path_factory) -> Path:
+    return save_word_json(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def bpe_json(tmp_path_factory) -> Path:
+    return save_bpe_json(tmp_path_factory)
 
 
 # ---------------------------------------------------------------------------------------------

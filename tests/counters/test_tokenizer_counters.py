@@ -13,6 +13,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import bpe_openai
 import pytest
@@ -25,6 +26,8 @@ from contextpolicy.counters import Counter, _tiktoken, cached, hf_counter, tikto
 from tests.support.tiny_tokenizers import (
     CHATML,
     pieces_of,
+    save_bpe_json,
+    save_word_json,
     word_tokenizer,
 )
 from tests.support.tiny_tokenizers import stock_tiktoken as build_stock_tiktoken
@@ -238,6 +241,16 @@ def test_tiktoken_counter_pickles_by_name_and_rebuilds_in_a_fresh_process():
 
 # ---------------------------------------------------------------------------------------------
 # hf_counter: a WordLevel tokenizer whose figures can be counted by hand, and a small BPE.
+
+
+@pytest.fixture(scope="module")
+def word_json(tmp_path_factory) -> Path:
+    return save_word_json(tmp_path_factory)
+
+
+@pytest.fixture(scope="module")
+def bpe_json(tmp_path_factory) -> Path:
+    return save_bpe_json(tmp_path_factory)
 
 
 def test_hf_counter_counts_without_the_post_processor(word_json):
